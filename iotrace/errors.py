@@ -1,0 +1,52 @@
+"""Errors a user can cause, each carrying the offending value and what to do about it.
+
+Every user-caused failure in iotrace raises a subclass of :class:`IotraceError`. The CLI prints
+``str(error)`` as one line on stderr and exits with code 2; nothing else ever reaches the user
+as a traceback. Messages follow one shape: what was wrong (naming the file or value), then what
+to do, separated by " — ".
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "IotraceError",
+    "InvalidValueError",
+    "UnknownCardError",
+    "UnknownComputeCapabilityError",
+    "NoGpuError",
+    "DataFileError",
+    "PluginError",
+]
+
+
+class IotraceError(Exception):
+    """Base class of every error a user can cause; the CLI turns it into one line and exit 2."""
+
+    def __init__(self, problem: str, fix: str = "") -> None:
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem} — {fix}" if fix else problem)
+
+
+class InvalidValueError(IotraceError, ValueError):
+    """A number or option outside what the hardware or the formula allows."""
+
+
+class UnknownCardError(IotraceError, LookupError):
+    """A card name that matches nothing in the CardBook."""
+
+
+class UnknownComputeCapabilityError(IotraceError, LookupError):
+    """A compute capability iotrace has no SM limits for."""
+
+
+class NoGpuError(IotraceError):
+    """No local GPU was found and no card was named."""
+
+
+class DataFileError(IotraceError):
+    """A data file (card book, SM limits, profiler export) that cannot be read as expected."""
+
+
+class PluginError(IotraceError):
+    """A plugin that fails to load or does not satisfy its hook specification."""

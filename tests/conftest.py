@@ -1,0 +1,32 @@
+"""Shared fixtures: the real-data corpus in ../shared/corpus, and the CLI run as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+
+# Kernels decorated with @triton.jit read this when decorated, so it must be set before any kernel
+# module is imported (../shared/reference/env-probe.md, section 1). GPU runs set it to 0.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """The shared corpus of real profiler exports; tests that need it skip in a clone without ../shared."""
+    if not CORPUS.is_dir():
+        pytest.skip(f"real-data corpus not found at {CORPUS}: this clone has no ../shared/corpus beside it")
+    return CORPUS
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m iotrace ARGS`` in a real subprocess and capture its output."""
+    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "iotrace", *args], capture_output=True, text=True,
+                          env=full_env, timeout=120)
