@@ -1,0 +1,361 @@
+"""The ``iotrace`` command line.
+
+Every command has ``--help``; data commands take ``--json``. A user error (a bad value, an unknown card,
+a missing file) prints one line on stderr and exits with code 2; nothing a user can cause ends in a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from iotrace.errors import InvalidValueError, IotraceError
+
+__all__ = ["main", "build_parser", "EXIT_USAGE"]
+
+#: Exit code for every error the user can cause (argparse uses the same).
+EXIT_USAGE = 2
+
+# ---------------------------------------------------------------------------------------------------------------
+# Argument types: each raises ArgumentTypeError with the offending text, which the parser turns into one line.
+# ---------------------------------------------------------------------------------------------------------------
+
+_SI = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+_NUMBER = re.compile(r"^([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)$")
+
+
+def number(text: str) -> float:
+    """A real number: ``27e9``, ``27B``, ``8.03b``, ``936.2``, ``70M`` (k, M, B/G, T are powers of 1000).
+
+    Ranges are checked where the value is used, so the message can say what the value means.
+    """
+    match = _NUMBER.match(text.strip().lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 27e9, 27B, 0.5)")
+    value = float(match.group(1)) * _SI[match.group(2)]
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number: ``8192``, or ``8k`` = 8192 (k counts tokens and bytes in 1024s here)."""
+    cleaned = text.strip().lower()
+    scale = 1024 if cleaned.endswith("k") else 1
+    body = cleaned[:-1] if scale == 1024 else cleaned
+    if not re.fullmatch(r"-?[0-9]+", body):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 256, 8k)")
+    return int(body) * scale
+
+
+def bits(text: str) -> float:
+    value = number(text)
+    if value <= 0 or value > 64:
+        raise argparse.ArgumentTypeError(f"{text!r} bits per value is outside 0 < bits <= 64")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parser
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``iotrace math decode: error: ... (see --help)`` and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _add_card(parser: argparse.ArgumentParser, required_hint: str = "") -> None:
+    parser.add_argument("--card", metavar="NAME",
+                        help=f"a CardBook card (e.g. rtx3090, h100; see `iotrace cards`){required_hint}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="iotrace", description="Kernel runs and profiler traces as FLOPs, bytes and occupancy "
+                                                 "on a named card.")
+    parser.add_argument("--version", action="version", version=f"iotrace {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    tour = commands.add_parser("tour", help="a short tour that needs no GPU: cards, the identities, an occupancy answer")
+    _add_card(tour, " (default rtx3090)")
+    tour.set_defaults(func=_cmd_tour)
+
+    cards = commands.add_parser("cards", help="list the CardBook")
+    _add_json(cards)
+    cards.set_defaults(func=_cmd_cards)
+
+    card = commands.add_parser("card", help="one card's specifications with sources (no NAME: detect the local GPU)")
+    card.add_argument("name", nargs="?", metavar="NAME", help="card name or alias; omitted: $IOTRACE_CARD, then GPU 0")
+    _add_json(card)
+    card.set_defaults(func=_cmd_card)
+
+    math_parser = commands.add_parser("math", help="the six identities, worked with the numbers substituted")
+    identities = math_parser.add_subparsers(dest="identity", metavar="IDENTITY", parser_class=_Parser)
+    identities.required = True
+
+    decode = identities.add_parser("decode", help="1. decode wall: tok/s ≈ B / (N · q)")
+    _add_card(decode)
+    decode.add_argument("--bandwidth-gbs", type=number, metavar="GB/s", help="memory bandwidth instead of a card")
+    decode.add_argument("--params", type=number, metavar="N", help="parameters, e.g. 27e9 or 27B")
+    decode.add_argument("--model", metavar="NAME", help="take --params from a known model (e.g. llama-3-8b)")
+    weights = decode.add_mutually_exclusive_group()
+    weights.add_argument("--bits", type=bits, help="bits per weight (e.g. 4, 8, 16)")
+    weights.add_argument("--tokens-per-s", type=number, metavar="TOK/S",
+                         help="solve for q instead: the bytes per weight this rate needs")
+    _add_json(decode)
+    decode.set_defaults(func=_cmd_decode)
+
+    prefill = identities.add_parser("prefill", help="2. prefill: FLOPs ≈ 2 · N · S; tok/s ≈ peak / (2 · N)")
+    _add_card(prefill)
+    prefill.add_argument("--peak-tflops", type=number, metavar="TF", help="peak TFLOP/s instead of a card")
+    prefill.add_argument("--precision", default="bf16_tensor", help="card peak to use (default bf16_tensor)")
+    prefill.add_argument("--params", type=number, metavar="N", help="parameters, e.g. 8e9")
+    prefill.add_argument("--model", metavar="NAME", help="take --params from a known model")
+    prefill.add_argument("--tokens", type=count, required=True, metavar="S", help="prompt tokens, e.g. 2048 or 2k")
+    _add_json(prefill)
+    prefill.set_defaults(func=_cmd_prefill)
+
+    kv = identities.add_parser("kv", help="3. KV cache: bytes = 2 · L · n_kv · d_h · S · q_kv")
+    kv.add_argument("--model", metavar="NAME", help="take layers, KV heads and head dim from a known model")
+    kv.add_argument("--layers", type=count, metavar="L")
+    kv.add_argument("--kv-heads", type=count, metavar="N_KV")
+    kv.add_argument("--head-dim", type=count, metavar="D_H")
+    kv.add_argument("--tokens", type=count, required=True, metavar="S", help="context length, e.g. 8192 or 8k")
+    kv.add_argument("--bits", type=bits, default=16.0, help="bits per cached value (default 16; int8 is 8)")
+    kv.add_argument("--batch", type=count, default=1, help="sequences (default 1)")
+    _add_card(kv, ": also say how much context fits in its memory")
+    kv.add_argument("--weight-bits", type=bits, help="with --card and --model: leave room for the weights at this width")
+    _add_json(kv)
+    kv.set_defaults(func=_cmd_kv)
+
+    roof = identities.add_parser("roofline", help="4. roofline: I = FLOPs/bytes; attainable = min(peak, I·B)")
+    _add_card(roof)
+    roof.add_argument("--flops", type=number, required=True, help="operations of the kernel, e.g. 1.37e11")
+    roof.add_argument("--bytes", type=number, required=True, help="bytes to and from device memory")
+    roof.add_argument("--precision", default="bf16_tensor", help="card peak to use (default bf16_tensor)")
+    roof.add_argument("--peak-tflops", type=number, metavar="TF", help="peak instead of a card")
+    roof.add_argument("--bandwidth-gbs", type=number, metavar="GB/s", help="bandwidth instead of a card")
+    _add_json(roof)
+    roof.set_defaults(func=_cmd_roofline)
+
+    spec = identities.add_parser("spec", help="5. speculation: E[tokens] = (1 − α^(γ+1)) / (1 − α)")
+    spec.add_argument("--alpha", type=number, required=True, help="acceptance rate per draft token, 0..1")
+    spec.add_argument("--gamma", type=count, required=True, help="draft tokens per step")
+    spec.add_argument("--draft-cost", type=number, metavar="C",
+                      help="draft step time over target step time: also give the speedup")
+    _add_json(spec)
+    spec.set_defaults(func=_cmd_spec)
+
+    for parent, name in ((identities, "occupancy"), (commands, "occupancy")):
+        occ = parent.add_parser(name, help="6. occupancy: active warps / max warps, with every limit")
+        _add_occupancy_args(occ)
+    return parser
+
+
+def _add_occupancy_args(occ: argparse.ArgumentParser) -> None:
+    target = occ.add_mutually_exclusive_group(required=True)
+    target.add_argument("--cc", help="compute capability, e.g. 8.6, 90, sm_120")
+    target.add_argument("--card", metavar="NAME", help="a CardBook card; its compute capability is used")
+    occ.add_argument("--threads", type=count, required=True, help="threads per block (1..1024)")
+    occ.add_argument("--regs", type=count, required=True, help="registers per thread (0..255)")
+    occ.add_argument("--smem-static", type=count, default=0, metavar="BYTES", help="static shared memory per block")
+    occ.add_argument("--smem-dynamic", type=count, default=0, metavar="BYTES", help="dynamic shared memory per block")
+    occ.add_argument("--smem-reserved", type=count, metavar="BYTES",
+                     help="driver-reserved shared memory per block (default: the CC's, 1 KB from 8.0)")
+    carve = occ.add_mutually_exclusive_group()
+    carve.add_argument("--carveout-pct", type=count, metavar="PCT", help="preferred carveout, 0..100 (-1 default)")
+    carve.add_argument("--smem-config", type=count, metavar="BYTES",
+                       help="shared memory per SM the driver configured (ncu: launch__shared_mem_config_size)")
+    occ.add_argument("--barriers", type=count, default=1, help="block barriers the kernel uses (default 1)")
+    occ.add_argument("--no-optin", action="store_true",
+                     help="the kernel did not opt in to more than 48 KB of shared memory per block")
+    occ.add_argument("--curves", action="store_true", help="include the what-if curves (with --json)")
+    occ.add_argument("-o", "--output", type=Path, metavar="FILE.html", help="write the what-if curves as a plotly page")
+    _add_json(occ)
+    occ.set_defaults(func=_cmd_occupancy)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("iotrace")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Commands: each returns a JSON-able object, or None when it has printed for a person already.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _emit(args: argparse.Namespace, data: Any, draw: Callable[[], None]) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, default=_json_default, allow_nan=False))
+    else:
+        draw()
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _card_or_none(name: str | None):
+    from iotrace.cards import lookup
+
+    return lookup(name) if name else None
+
+
+def _model_field(args: argparse.Namespace, field: str, given: Any) -> Any:
+    if given is not None:
+        return given
+    if getattr(args, "model", None):
+        from iotrace.models import model
+
+        return getattr(model(args.model), field)
+    flag = "--" + field.replace("_", "-")
+    raise InvalidValueError(f"{flag} is missing", f"give {flag} or --model NAME (e.g. --model llama-3-8b)")
+
+
+def _cmd_cards(args: argparse.Namespace) -> None:
+    from iotrace.cards import card_book
+    from iotrace.console import print_cards
+
+    book = card_book()
+    _emit(args, [c.to_dict() for c in book], lambda: print_cards(_console(), book))
+
+
+def _cmd_card(args: argparse.Namespace) -> None:
+    from iotrace.cards import detect
+    from iotrace.console import print_card
+
+    found = detect(args.name)
+    _emit(args, found.to_dict(), lambda: print_card(_console(), found))
+
+
+def _show(args: argparse.Namespace, derivation: Any) -> None:
+    from iotrace.console import print_derivation
+
+    _emit(args, derivation.to_dict(), lambda: print_derivation(_console(), derivation))
+
+
+def _cmd_decode(args: argparse.Namespace) -> None:
+    from iotrace.derivations import decode
+
+    params = _model_field(args, "params", args.params)
+    _show(args, decode(params, None if args.bits is None else args.bits / 8, card=_card_or_none(args.card),
+                       bandwidth_gbs=args.bandwidth_gbs, tokens_per_s=args.tokens_per_s))
+
+
+def _cmd_prefill(args: argparse.Namespace) -> None:
+    from iotrace.derivations import prefill
+
+    params = _model_field(args, "params", args.params)
+    _show(args, prefill(params, args.tokens, card=_card_or_none(args.card), precision=args.precision,
+                        peak_tflops=args.peak_tflops))
+
+
+def _cmd_kv(args: argparse.Namespace) -> None:
+    from iotrace.derivations import kv_cache
+
+    layers = _model_field(args, "layers", args.layers)
+    kv_heads = _model_field(args, "kv_heads", args.kv_heads)
+    head_dim = _model_field(args, "head_dim", args.head_dim)
+    weight_bytes = 0.0
+    if args.weight_bits is not None:
+        weight_bytes = _model_field(args, "params", None) * args.weight_bits / 8
+    _show(args, kv_cache(layers, kv_heads, head_dim, args.tokens, args.bits / 8, batch=args.batch,
+                         card=_card_or_none(args.card), weight_bytes=weight_bytes))
+
+
+def _cmd_roofline(args: argparse.Namespace) -> None:
+    from iotrace.derivations import roofline
+
+    _show(args, roofline(args.flops, args.bytes, card=_card_or_none(args.card), precision=args.precision,
+                         peak_tflops=args.peak_tflops, bandwidth_gbs=args.bandwidth_gbs))
+
+
+def _cmd_spec(args: argparse.Namespace) -> None:
+    from iotrace.derivations import speculation
+
+    _show(args, speculation(args.alpha, args.gamma, args.draft_cost))
+
+
+def _cmd_occupancy(args: argparse.Namespace) -> None:
+    from iotrace.console import print_occupancy
+    from iotrace.occupancy import curve_block_size, curve_registers, curve_shared_mem, occupancy
+
+    cc = args.cc if args.cc else _card_or_none(args.card).sm_limits
+    result = occupancy(cc, args.threads, args.regs, args.smem_static, args.smem_dynamic,
+                       smem_reserved=args.smem_reserved, carveout_pct=args.carveout_pct,
+                       smem_config=args.smem_config, barriers=args.barriers, smem_optin=not args.no_optin)
+    data = result.to_dict()
+    if args.curves:
+        data["curves"] = {name: [vars(p) for p in build(result)] for name, build in
+                          (("block_size", curve_block_size), ("registers", curve_registers),
+                           ("shared_mem", curve_shared_mem))}
+    if args.output is not None:
+        _write_figure(args.output, result)
+    _emit(args, data, lambda: print_occupancy(_console(), result))
+    if args.output is not None and not args.json:
+        print(f"wrote {args.output}")
+
+
+def _write_figure(path: Path, result: Any) -> None:
+    from iotrace.occupancy_figure import occupancy_figure
+
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise InvalidValueError(f"-o {path}: only .html is written here", "name the file FILE.html")
+    try:
+        occupancy_figure(result).write_html(str(path), include_plotlyjs=True)
+    except OSError as exc:
+        raise InvalidValueError(f"cannot write {path} ({exc.strerror})", "choose a writable path") from exc
+
+
+def _cmd_tour(args: argparse.Namespace) -> None:
+    from iotrace.tour import run_tour
+
+    run_tour(_console(), args.card or "rtx3090")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 2 user error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except IotraceError as exc:
+        print(f"iotrace: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # `iotrace cards | head`: the reader left; not an error of ours or theirs
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

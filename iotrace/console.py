@@ -1,0 +1,104 @@
+"""Terminal renderings of iotrace's records (cards, worked identities, occupancy) with rich.
+
+Renderers only draw; every number they show was computed elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from iotrace.cards import Card
+from iotrace.derivations import Derivation, num
+from iotrace.errors import IotraceError
+from iotrace.occupancy import LIMIT_NAMES, OccupancyResult
+
+__all__ = ["print_cards", "print_card", "print_derivation", "print_occupancy"]
+
+
+def _opt(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else num(value, digits)
+
+
+def print_cards(console: Console, cards: Iterable[Card]) -> None:
+    table = Table(title="CardBook (dense peaks, FP32 accumulate)", title_justify="left")
+    table.add_column("key", no_wrap=True)
+    table.add_column("name", ratio=1)
+    for column in ("CC", "SMs", "mem GB", "BW GB/s", "FP32 TF", "FP16 TC TF", "FP8 TC TF"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for card in cards:
+        peaks = card.peak_tflops
+        table.add_row(card.key, card.name, card.cc or "—", str(card.sm_count),
+                      _opt(card.memory_gb), _opt(card.memory_bandwidth_gbs), _opt(peaks.get("fp32")),
+                      _opt(peaks.get("fp16_tensor")), _opt(peaks.get("fp8_tensor")))
+    console.print(table)
+
+
+def print_card(console: Console, card: Card) -> None:
+    table = Table(title=f"{card.name}  ({card.key}; {card.origin})", title_justify="left", show_header=True)
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    table.add_column("source")
+    rows: list[tuple[str, str, str]] = [
+        ("vendor / architecture", f"{card.vendor} {card.architecture} {card.chip}".strip(), card.source("architecture")),
+        ("compute capability", card.cc or "—", card.source("cc")),
+        ("SMs", str(card.sm_count), card.source("sm_count")),
+        ("boost clock", f"{_opt(card.boost_clock_mhz)} MHz", card.source("boost_clock_mhz")),
+        ("memory", f"{_opt(card.memory_gb)} GB {card.memory_type}".strip(), card.source("memory_gb")),
+        ("bandwidth", f"{_opt(card.memory_bandwidth_gbs)} GB/s", card.source("memory_bandwidth_gbs")),
+        ("L2 cache", f"{_opt(card.l2_cache_mb)} MB", card.source("l2_cache_mb")),
+        ("TDP", f"{_opt(card.tdp_w)} W", card.source("tdp_w")),
+    ]
+    for precision, tflops in card.peak_tflops.items():
+        unit = "TOPS" if precision.startswith("int") else "TFLOP/s"
+        rows.append((f"peak {precision}", f"{num(tflops)} {unit}", card.source("peak_tflops")))
+    if card.cc is not None:
+        try:
+            limits = card.sm_limits
+            rows.append(("per SM", f"{limits.max_warps_per_sm} warps, {limits.max_blocks_per_sm} blocks, "
+                         f"{limits.regs_per_sm} regs, {limits.smem_per_sm // 1024} KB smem",
+                         "iotrace/data/sm_limits.toml"))
+        except IotraceError as exc:  # an unknown CC on a detected card: say so rather than hide the card
+            rows.append(("per SM", "unknown", str(exc)))
+    for name, value, source in rows:
+        table.add_row(name, value, source)
+    console.print(table)
+
+
+def print_derivation(console: Console, d: Derivation) -> None:
+    console.print(f"[bold]{d.identity}[/bold]   {d.formula}   [dim]({d.kind})[/dim]")
+    for q in d.inputs:
+        source = f"   [dim]{q.source}[/dim]" if q.source and q.source != "given" else ""
+        console.print(f"  {q.symbol:>6} = {num(q.value)} {q.unit}".rstrip() + f"   {q.meaning}{source}")
+    for step in d.steps:
+        console.print(f"  → {step}")
+    console.print(f"  [bold green]{d.result.symbol} = {num(d.result.value)} {d.result.unit}[/bold green]"
+                  f"   {d.result.meaning}")
+    for q in d.also:
+        console.print(f"    {q.symbol} = {num(q.value)} {q.unit}   {q.meaning}")
+    for note in d.notes:
+        console.print(f"  [dim]{note}[/dim]")
+
+
+def print_occupancy(console: Console, r: OccupancyResult) -> None:
+    console.print(f"[bold]occupancy (identity 6)[/bold]   occ = active warps / max warps   [dim](modelled)[/dim]")
+    console.print(f"  CC {r.cc}: {r.threads_per_block} threads ({r.warps_per_block} warps) per block, "
+                  f"{r.registers_per_thread} registers/thread, shared memory {r.smem_static} static + "
+                  f"{r.smem_dynamic} dynamic + {r.smem_reserved} reserved = {r.allocated_smem_per_block} B allocated, "
+                  f"SM carveout {r.smem_config // 1024} KB, {r.barriers} barrier(s)")
+    table = Table(show_header=True, box=None, padding=(0, 2))
+    table.add_column("limit")
+    table.add_column("blocks/SM", justify="right")
+    table.add_column("")
+    for name in LIMIT_NAMES:
+        mark = "◀ binds" if name in r.limiters else ("not used" if name in r.unlimited else "")
+        table.add_row(name, str(r.limits[name]), mark)
+    console.print(table)
+    console.print(f"  → {r.active_blocks_per_sm} blocks × {r.warps_per_block} warps = {r.active_warps_per_sm} "
+                  f"of {r.max_warps_per_sm} warps")
+    console.print(f"  [bold green]occupancy = {num(r.occupancy_pct, 4)} %[/bold green]   limited by "
+                  f"{', '.join(r.limiters) or '—'}")
+    if r.reason:
+        console.print(f"  [bold red]cannot launch:[/bold red] {r.reason}")
