@@ -20,7 +20,7 @@ from typing import Any
 from iotrace.errors import DataFileError, InvalidValueError, NoGpuError, UnknownCardError
 from iotrace.sm_limits import SMLimits, sm_limits
 
-__all__ = ["Card", "CardBook", "PRECISIONS", "card_book", "lookup", "detect", "ENV_CARD"]
+__all__ = ["ENV_CARD", "PRECISIONS", "Card", "CardBook", "card_book", "detect", "lookup"]
 
 _DATA_FILE = "cards.toml"
 
@@ -59,6 +59,7 @@ class Card:
     l2_cache_mb: float | None = None
     tdp_w: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
+    citations: dict[str, str] = field(default_factory=dict)
     origin: str = "cardbook"
 
     @property
@@ -81,8 +82,13 @@ class Card:
         return self.peak_tflops[precision] * 1e12
 
     def source(self, field_name: str) -> str:
-        """The citation behind one value of this card."""
+        """The source id behind one value (a field name, or a precision key of ``peak_tflops``)."""
         return self.sources.get(field_name) or self.sources.get("default", "unsourced")
+
+    def citation(self, field_name: str) -> str:
+        """The full citation behind one value."""
+        source = self.source(field_name)
+        return self.citations.get(source, source)
 
     @property
     def sm_limits(self) -> SMLimits:
@@ -97,7 +103,8 @@ class Card:
             "architecture": self.architecture, "chip": self.chip, "cc": self.cc, "sm_count": self.sm_count,
             "boost_clock_mhz": self.boost_clock_mhz, "memory_gb": self.memory_gb, "memory_type": self.memory_type,
             "memory_bandwidth_gbs": self.memory_bandwidth_gbs, "l2_cache_mb": self.l2_cache_mb, "tdp_w": self.tdp_w,
-            "peak_tflops": dict(self.peak_tflops), "sources": dict(self.sources), "origin": self.origin,
+            "peak_tflops": dict(self.peak_tflops), "sources": dict(self.sources), "citations": dict(self.citations),
+            "origin": self.origin,
         }
 
 
@@ -112,8 +119,9 @@ class CardBook:
                 norm = _normalise(spelling)
                 other = self._index.get(norm)
                 if other is not None and other is not card:
-                    raise DataFileError(f"iotrace/data/{_DATA_FILE}: {spelling!r} names both {other.key} and {card.key}",
-                                        "make every key, name and alias unique")
+                    raise DataFileError(
+                        f"iotrace/data/{_DATA_FILE}: {spelling!r} names both {other.key} and {card.key}",
+                        "make every key, name and alias unique")
                 self._index[norm] = card
 
     def __iter__(self):
@@ -125,7 +133,8 @@ class CardBook:
     def lookup(self, name: str) -> Card:
         """The card called ``name``; raises :class:`UnknownCardError` with the closest names otherwise."""
         if not isinstance(name, str) or not name.strip():
-            raise UnknownCardError("an empty card name was given", "name a card, e.g. --card rtx3090 (see `iotrace cards`)")
+            raise UnknownCardError("an empty card name was given",
+                                   "name a card, e.g. --card rtx3090 (see `iotrace cards`)")
         norm = _normalise(name)
         if norm in self._index:
             return self._index[norm]
@@ -141,7 +150,10 @@ _INFORMATIONAL_FIELDS = ("infinity_cache_mb",)
 
 
 def _card_from_row(row: dict[str, Any], citations: dict[str, str]) -> Card:
-    sources = {k: citations.get(v, v) for k, v in row.pop("sources", {}).items()}
+    sources = dict(row.pop("sources", {}))
+    missing = sorted(set(sources.values()) - set(citations))
+    if "default" not in sources or missing:
+        raise KeyError(f"card {row.get('key')}: no default source or unknown source ids {missing}")
     row["aliases"] = tuple(row.get("aliases", ()))
     row["peak_tflops"] = {k: float(v) for k, v in row.get("peak_tflops", {}).items()}
     unknown = set(row["peak_tflops"]) - set(PRECISIONS)
@@ -149,7 +161,8 @@ def _card_from_row(row: dict[str, Any], citations: dict[str, str]) -> Card:
         raise KeyError(f"card {row.get('key')}: unknown precisions {sorted(unknown)}")
     for name in _INFORMATIONAL_FIELDS:
         row.pop(name, None)
-    return Card(sources=sources, **row)
+    used = {source: citations[source] for source in sources.values()}
+    return Card(sources=sources, citations=used, **row)
 
 
 @cache
@@ -214,4 +227,5 @@ def detect(name: str | None = None) -> Card:
         return Card(key=_normalise(device["name"]), name=device["name"], vendor="nvidia", architecture="unknown",
                     sm_count=device["sm_count"], memory_bandwidth_gbs=float("nan"),
                     memory_gb=device["memory_bytes"] / 1e9, peak_tflops={}, cc=device["cc"],
-                    sources={"default": "the local driver (not in the CardBook: peaks unknown)"}, origin="detected")
+                    sources={"default": "driver"}, origin="detected",
+                    citations={"driver": "the local driver's device properties (not in the CardBook: peaks unknown)"})

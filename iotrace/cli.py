@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from iotrace.errors import InvalidValueError, IotraceError
 
-__all__ = ["main", "build_parser", "EXIT_USAGE"]
+__all__ = ["EXIT_USAGE", "build_parser", "main"]
 
 #: Exit code for every error the user can cause (argparse uses the same).
 EXIT_USAGE = 2
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    tour = commands.add_parser("tour", help="a short tour that needs no GPU: cards, the identities, an occupancy answer")
+    tour = commands.add_parser("tour", help="a tour that needs no GPU: cards, the identities, an occupancy answer")
     _add_card(tour, " (default rtx3090)")
     tour.set_defaults(func=_cmd_tour)
 
@@ -138,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("--bits", type=bits, default=16.0, help="bits per cached value (default 16; int8 is 8)")
     kv.add_argument("--batch", type=count, default=1, help="sequences (default 1)")
     _add_card(kv, ": also say how much context fits in its memory")
-    kv.add_argument("--weight-bits", type=bits, help="with --card and --model: leave room for the weights at this width")
+    kv.add_argument("--weight-bits", type=bits,
+                    help="with --card and --model: leave room for the weights at this width")
     _add_json(kv)
     kv.set_defaults(func=_cmd_kv)
 

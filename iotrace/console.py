@@ -15,7 +15,7 @@ from iotrace.derivations import Derivation, num
 from iotrace.errors import IotraceError
 from iotrace.occupancy import LIMIT_NAMES, OccupancyResult
 
-__all__ = ["print_cards", "print_card", "print_derivation", "print_occupancy"]
+__all__ = ["print_card", "print_cards", "print_derivation", "print_occupancy"]
 
 
 def _opt(value: float | None, digits: int = 4) -> str:
@@ -42,7 +42,8 @@ def print_card(console: Console, card: Card) -> None:
     table.add_column("value", justify="right")
     table.add_column("source")
     rows: list[tuple[str, str, str]] = [
-        ("vendor / architecture", f"{card.vendor} {card.architecture} {card.chip}".strip(), card.source("architecture")),
+        ("vendor / architecture", f"{card.vendor} {card.architecture} {card.chip}".strip(),
+         card.source("architecture")),
         ("compute capability", card.cc or "—", card.source("cc")),
         ("SMs", str(card.sm_count), card.source("sm_count")),
         ("boost clock", f"{_opt(card.boost_clock_mhz)} MHz", card.source("boost_clock_mhz")),
@@ -53,18 +54,21 @@ def print_card(console: Console, card: Card) -> None:
     ]
     for precision, tflops in card.peak_tflops.items():
         unit = "TOPS" if precision.startswith("int") else "TFLOP/s"
-        rows.append((f"peak {precision}", f"{num(tflops)} {unit}", card.source("peak_tflops")))
+        rows.append((f"peak {precision}", f"{num(tflops)} {unit}", card.source(precision)))
     if card.cc is not None:
         try:
             limits = card.sm_limits
             rows.append(("per SM", f"{limits.max_warps_per_sm} warps, {limits.max_blocks_per_sm} blocks, "
                          f"{limits.regs_per_sm} regs, {limits.smem_per_sm // 1024} KB smem",
-                         "iotrace/data/sm_limits.toml"))
+                         "sm_limits.toml"))
         except IotraceError as exc:  # an unknown CC on a detected card: say so rather than hide the card
             rows.append(("per SM", "unknown", str(exc)))
     for name, value, source in rows:
         table.add_row(name, value, source)
     console.print(table)
+    console.print("[bold]sources[/bold]")
+    for source in sorted({row[2] for row in rows} & set(card.citations)):
+        console.print(f"  [cyan]{source}[/cyan]: {card.citations[source]}")
 
 
 def print_derivation(console: Console, d: Derivation) -> None:
@@ -83,7 +87,7 @@ def print_derivation(console: Console, d: Derivation) -> None:
 
 
 def print_occupancy(console: Console, r: OccupancyResult) -> None:
-    console.print(f"[bold]occupancy (identity 6)[/bold]   occ = active warps / max warps   [dim](modelled)[/dim]")
+    console.print("[bold]occupancy (identity 6)[/bold]   occ = active warps / max warps   [dim](modelled)[/dim]")
     console.print(f"  CC {r.cc}: {r.threads_per_block} threads ({r.warps_per_block} warps) per block, "
                   f"{r.registers_per_thread} registers/thread, shared memory {r.smem_static} static + "
                   f"{r.smem_dynamic} dynamic + {r.smem_reserved} reserved = {r.allocated_smem_per_block} B allocated, "

@@ -13,7 +13,7 @@ from iotrace import identities as ident
 from iotrace.cards import Card
 from iotrace.errors import InvalidValueError
 
-__all__ = ["Quantity", "Derivation", "decode", "prefill", "kv_cache", "roofline", "speculation", "num"]
+__all__ = ["Derivation", "Quantity", "decode", "kv_cache", "num", "prefill", "roofline", "speculation"]
 
 
 def num(value: float, digits: int = 4) -> str:
@@ -73,7 +73,7 @@ def _peak(card: Card | None, precision: str, peak_tflops: float | None) -> Quant
         raise InvalidValueError("no peak FLOP/s: neither a card nor --peak-tflops was given",
                                 "pass --card NAME or --peak-tflops N")
     return Quantity("P", card.peak_flop_per_s(precision), "FLOP/s", f"dense {precision} peak of {card.name}",
-                    card.source("peak_tflops"))
+                    card.source(precision))
 
 
 def decode(params: float, bytes_per_weight: float | None, *, card: Card | None = None,
@@ -87,7 +87,8 @@ def decode(params: float, bytes_per_weight: float | None, *, card: Card | None =
         q_value = ident.decode_bytes_per_weight_for(tokens_per_s, b.value, params)
         t = Quantity("tok/s", tokens_per_s, "tok/s", "target decode rate", "given")
         result = Quantity("q", q_value, "B/weight", "bytes per weight that reach the target")
-        steps = [f"q = B / (N · tok/s) = {num(b.value)} / ({num(params)} × {num(tokens_per_s)}) = {num(q_value)} B/weight"]
+        steps = [f"q = B / (N · tok/s) = {num(b.value)} / ({num(params)} × {num(tokens_per_s)}) "
+                 f"= {num(q_value)} B/weight"]
         return Derivation("decode wall (identity 1), solved for q", formula, [b, n, t], steps, result,
                           [Quantity("bits", q_value * 8, "bits/weight", "the same in bits")], notes)
     if bytes_per_weight is None:
@@ -113,7 +114,8 @@ def prefill(params: float, tokens: float, *, card: Card | None = None, precision
              f"time ≥ FLOPs / P = {num(flops)} / {num(p.value)} = {num(flops / p.value * 1e3)} ms"]
     return Derivation(
         "prefill (identity 2)", "FLOPs ≈ 2 · N · S; tok/s ≈ P / (2 · N)",
-        [p, Quantity("N", params, "", "parameters", "given"), Quantity("S", tokens, "tokens", "prompt length", "given")],
+        [p, Quantity("N", params, "", "parameters", "given"),
+         Quantity("S", tokens, "tokens", "prompt length", "given")],
         steps, Quantity("tok/s", rate, "tok/s", "compute-bound prefill rate at peak"),
         [Quantity("FLOPs", flops, "FLOP", "prefill work"), Quantity("time", flops / p.value, "s", "time at peak")],
         ["At 100% of the dense peak; real prefill reaches a fraction of it. Attention's S² term is left out."])
@@ -159,7 +161,8 @@ def roofline(flops: float, bytes_moved: float, *, card: Card | None = None, prec
              f"time ≥ max(FLOPs / P, bytes / B) = {num(t_min * 1e6)} µs"]
     return Derivation(
         "roofline (identity 4)", "I = FLOPs / bytes; attainable = min(P, I · B); ridge = P / B",
-        [p, b, Quantity("FLOPs", flops, "FLOP", "work", "given"), Quantity("bytes", bytes_moved, "B", "traffic", "given")],
+        [p, b, Quantity("FLOPs", flops, "FLOP", "work", "given"),
+         Quantity("bytes", bytes_moved, "B", "traffic", "given")],
         steps, Quantity("attainable", attainable, "FLOP/s", f"{bound}-bound ceiling"),
         [Quantity("I", intensity, "FLOP/B", "arithmetic intensity"), Quantity("ridge", ridge, "FLOP/B", "ridge point"),
          Quantity("t_min", t_min, "s", "minimum time")],
@@ -177,7 +180,8 @@ def speculation(alpha: float, gamma: int, draft_cost: float | None = None) -> De
     if draft_cost is not None:
         speedup = ident.spec_speedup(alpha, gamma, draft_cost)
         inputs.append(Quantity("c", draft_cost, "", "draft step time / target step time", "given"))
-        steps.append(f"speedup = E / (γ · c + 1) = {num(expected)} / ({gamma} × {num(draft_cost)} + 1) = {num(speedup)}×")
+        steps.append(f"speedup = E / (γ · c + 1) = {num(expected)} / ({gamma} × {num(draft_cost)} + 1) "
+                     f"= {num(speedup)}×")
         also.append(Quantity("speedup", speedup, "×", "wall-clock speedup over plain decoding"))
     return Derivation("speculation (identity 5)", "E[tokens] = (1 − α^(γ+1)) / (1 − α)", inputs, steps,
                       Quantity("E", expected, "tokens", "tokens per target step"), also,

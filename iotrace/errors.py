@@ -9,13 +9,13 @@ to do, separated by " — ".
 from __future__ import annotations
 
 __all__ = [
-    "IotraceError",
+    "DataFileError",
     "InvalidValueError",
+    "IotraceError",
+    "NoGpuError",
+    "PluginError",
     "UnknownCardError",
     "UnknownComputeCapabilityError",
-    "NoGpuError",
-    "DataFileError",
-    "PluginError",
 ]
 
 

@@ -21,14 +21,14 @@ import math
 from iotrace.errors import InvalidValueError
 
 __all__ = [
-    "decode_tokens_per_s",
-    "decode_bytes_per_weight_for",
-    "prefill_flops",
-    "prefill_tokens_per_s",
-    "kv_cache_bytes",
-    "kv_cache_max_tokens",
     "arithmetic_intensity",
     "attainable_flop_per_s",
+    "decode_bytes_per_weight_for",
+    "decode_tokens_per_s",
+    "kv_cache_bytes",
+    "kv_cache_max_tokens",
+    "prefill_flops",
+    "prefill_tokens_per_s",
     "ridge_intensity",
     "roofline_bound",
     "spec_expected_tokens",
@@ -36,15 +36,19 @@ __all__ = [
 ]
 
 
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
+
+
 def _positive(name: str, value: float) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise InvalidValueError(f"{name}={value!r} must be a positive finite number", f"give {name} > 0")
+        raise InvalidValueError(f"{name}={_shown(value)} must be a positive finite number", f"give {name} > 0")
     return float(value)
 
 
 def _non_negative(name: str, value: float) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise InvalidValueError(f"{name}={value!r} must be a finite number >= 0", f"give {name} >= 0")
+        raise InvalidValueError(f"{name}={_shown(value)} must be a finite number >= 0", f"give {name} >= 0")
     return float(value)
 
 
@@ -134,9 +138,9 @@ def roofline_bound(intensity: float, peak_flop_per_s: float, bandwidth_bytes_per
 
 def _acceptance(alpha: float, gamma: int) -> tuple[float, int]:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise InvalidValueError(f"alpha={alpha!r} must be an acceptance rate between 0 and 1", "e.g. --alpha 0.8")
+        raise InvalidValueError(f"alpha={_shown(alpha)} must be an acceptance rate between 0 and 1", "e.g. --alpha 0.8")
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise InvalidValueError(f"gamma={gamma!r} must be a whole number of draft tokens >= 1", "e.g. --gamma 4")
+        raise InvalidValueError(f"gamma={_shown(gamma)} must be a whole number of draft tokens >= 1", "e.g. --gamma 4")
     return float(alpha), gamma
 
 

@@ -11,7 +11,7 @@ from importlib import resources
 
 from iotrace.errors import DataFileError, InvalidValueError
 
-__all__ = ["ModelShape", "models", "model"]
+__all__ = ["ModelShape", "model", "models"]
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ from iotrace.sm_limits import SMLimits, sm_limits
 __all__ = [
     "LIMIT_NAMES",
     "MAX_BARRIERS_PER_BLOCK",
-    "OccupancyResult",
     "CurvePoint",
-    "occupancy",
+    "OccupancyResult",
     "curve_block_size",
     "curve_registers",
     "curve_shared_mem",
+    "occupancy",
 ]
 
 #: The resources that can bound active blocks per SM, in the order ncu's Occupancy section lists them.

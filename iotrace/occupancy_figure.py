@@ -14,9 +14,8 @@ __all__ = ["occupancy_figure"]
 
 def occupancy_figure(result: OccupancyResult) -> go.Figure:
     """Active warps per SM against block size, registers and shared memory; the launch marked on each."""
-    from plotly.subplots import make_subplots
-
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     panels = [
         ("threads per block", curve_block_size(result), result.threads_per_block),

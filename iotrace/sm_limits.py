@@ -15,7 +15,7 @@ from importlib import resources
 
 from iotrace.errors import DataFileError, UnknownComputeCapabilityError
 
-__all__ = ["SMLimits", "parse_cc", "sm_limits", "known_ccs"]
+__all__ = ["SMLimits", "known_ccs", "parse_cc", "sm_limits"]
 
 _DATA_FILE = "sm_limits.toml"
 

@@ -31,7 +31,8 @@ def run_tour(console: Console, card_name: str) -> None:
     console.print(Rule("1. The CardBook: named GPUs with sourced specs (`iotrace cards`, `iotrace card NAME`)"))
     print_cards(console, card_book())
 
-    console.print(Rule(f"2. Decode is memory-bound: {TOUR_PARAMS / 1e9:.0f}B parameters at {TOUR_BITS} bits on {card.name}"))
+    console.print(Rule(f"2. Decode is memory-bound: {TOUR_PARAMS / 1e9:.0f}B parameters at {TOUR_BITS} bits "
+                       f"on {card.name}"))
     print_derivation(console, derivations.decode(TOUR_PARAMS, TOUR_BITS / 8, card=card))
 
     console.print(Rule(f"3. Prefill is compute-bound: {llama.name}, 2048-token prompt"))

@@ -8,11 +8,11 @@ import os
 # module is imported (../shared/reference/env-probe.md, section 1). GPU runs set it to 0.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+import subprocess
+import sys
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 

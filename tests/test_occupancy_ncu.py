@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from iotrace.occupancy import curve_block_size, curve_registers, curve_shared_mem, occupancy
+from iotrace.occupancy import OccupancyResult, curve_block_size, curve_registers, curve_shared_mem, occupancy
 from iotrace.sm_limits import sm_limits
 
 ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
@@ -70,8 +70,13 @@ def launches(corpus: Path) -> list[Launch]:
     return found
 
 
-def _iotrace_answer(launch: Launch):
-    cc = f"{launch.int('device__attribute_compute_capability_major')}.{launch.int('device__attribute_compute_capability_minor')}"
+def _cc(launch: Launch) -> str:
+    return (f"{launch.int('device__attribute_compute_capability_major')}."
+            f"{launch.int('device__attribute_compute_capability_minor')}")
+
+
+def _iotrace_answer(launch: Launch) -> OccupancyResult:
+    cc = _cc(launch)
     reserved = launch.num("launch__shared_mem_per_block_driver")
     return occupancy(
         cc,
@@ -126,12 +131,13 @@ def test_sm_limits_match_the_devices_in_the_corpus(launches: list[Launch]) -> No
     }
     checked = set()
     for launch in launches:
-        cc = f"{launch.int('device__attribute_compute_capability_major')}.{launch.int('device__attribute_compute_capability_minor')}"
+        cc = _cc(launch)
         limits = sm_limits(cc)
         for field, metric in attributes.items():
             stored = launch.num(metric)
             if stored is not None:
-                assert getattr(limits, field) == stored, f"{launch.file}: CC {cc} {field} {getattr(limits, field)} != {stored}"
+                ours = getattr(limits, field)
+                assert ours == stored, f"{launch.file}: CC {cc} {field} {ours} != {stored}"
                 checked.add((cc, field))
     assert {cc for cc, _ in checked} >= {"7.0", "7.5", "8.6", "8.9"}
 

@@ -1,0 +1,156 @@
+"""The CardBook: lookup, sources, internal consistency, and agreement with devices named in real traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from iotrace.cards import PRECISIONS, card_book, detect, lookup
+from iotrace.errors import NoGpuError, UnknownCardError
+from iotrace.sm_limits import known_ccs
+
+REQUIRED = {
+    "rtx 3090": "rtx3090", "RTX 4090": "rtx4090", "rtx5090": "rtx5090", "A100 SXM 80GB": "a100-sxm4-80gb",
+    "A10G": "a10g", "L4": "l4", "T4": "t4", "V100": "v100-sxm2-32gb", "H100 SXM": "h100-sxm", "h200": "h200-sxm",
+    "B200": "b200", "DGX Spark": "gb10", "MI300X": "mi300x", "Strix Halo": "strix-halo",
+    "GTX 1660 SUPER": "gtx1660super", "RTX 2060 SUPER": "rtx2060super", "RTX 2070": "rtx2070",
+    "RTX 4050 Laptop GPU": "rtx4050-laptop", "A40": "a40", "A10": "a10",
+}
+
+
+@pytest.mark.parametrize(("query", "key"), sorted(REQUIRED.items()))
+def test_required_cards_resolve(query: str, key: str) -> None:
+    assert lookup(query).key == key
+
+
+@pytest.mark.parametrize("spelling", ["3090", "rtx3090", "RTX-3090", "NVIDIA GeForce RTX 3090", "GeForce RTX 3090",
+                                      "  geforce rtx 3090  "])
+def test_lookup_forgives_spelling(spelling: str) -> None:
+    assert lookup(spelling).key == "rtx3090"
+
+
+def test_a10_and_a10g_are_different_cards() -> None:
+    assert lookup("a10").key == "a10" and lookup("a10g").key == "a10g"
+
+
+def test_unknown_card_lists_close_matches() -> None:
+    with pytest.raises(UnknownCardError) as info:
+        lookup("rtx 3080")
+    message = str(info.value)
+    assert "rtx 3080" in message and "rtx3090" in message and "iotrace cards" in message
+
+
+def test_every_value_has_a_citation() -> None:
+    for card in card_book():
+        assert card.source("default") in card.citations, card.key
+        for name in ("sm_count", "memory_bandwidth_gbs", "memory_gb", "boost_clock_mhz", *card.peak_tflops):
+            assert len(card.citation(name)) > 40, f"{card.key}.{name}: {card.citation(name)!r} is not a citation"
+        assert set(card.peak_tflops) <= set(PRECISIONS)
+        assert card.peak_tflops, f"{card.key} states no peak"
+
+
+def test_nvidia_cards_have_sm_limits() -> None:
+    for card in card_book():
+        if card.vendor == "nvidia":
+            assert card.cc in known_ccs(), f"{card.key}: CC {card.cc} has no SM limits"
+            assert card.sm_limits.max_threads_per_sm >= 1024
+        else:
+            assert card.cc is None
+
+
+# FP32 lanes per SM, from each architecture's whitepaper (SM diagram): Volta, Turing and GA100 have 64 FP32 units
+# per SM; GA10x, Ada, Hopper and Blackwell 128. AMD CDNA3 CUs: 128 FP32 lanes (dual-issue 64 x 2, MI300X datasheet
+# 163.4 TF = 304 CUs x 128 x 2 x 2.1 GHz); RDNA 3.5 CUs: 128 with dual issue.
+FP32_LANES = {"GV100": 64, "TU": 64, "GA100": 64, "GA10": 128, "AD": 128, "GH100": 128, "GB": 128, "": 128}
+
+
+def _lanes(chip: str) -> int:
+    return next(lanes for prefix, lanes in FP32_LANES.items() if chip.upper().startswith(prefix))
+
+
+def test_fp32_peak_is_sms_times_lanes_times_clock() -> None:
+    """A pencil check of every card: FP32 peak = SMs x FP32 lanes x 2 (FMA) x boost clock, within 5%."""
+    for card in card_book():
+        if card.vendor != "nvidia" or card.boost_clock_mhz is None:
+            continue
+        expected = card.sm_count * _lanes(card.chip) * 2 * card.boost_clock_mhz * 1e6 / 1e12
+        assert card.peak_tflops["fp32"] == pytest.approx(expected, rel=0.05), f"{card.key} ({card.chip})"
+
+
+def _corpus_devices(corpus: Path) -> list[tuple[str, str, int, str]]:
+    """(file, device name, SM count, CC) for every device a real trace in the corpus describes."""
+    devices = []
+    for path in sorted((corpus / "nsys").glob("*.sqlite")):
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            query = "SELECT name, smCount, computeMajor, computeMinor FROM TARGET_INFO_GPU"
+            for name, sms, major, minor in db.execute(query):
+                devices.append((path.name, name, sms, f"{major}.{minor}"))
+    for path in sorted((corpus / "kineto").glob("*.json*")):
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as f:
+            trace = json.load(f)
+        for props in trace.get("deviceProperties") or trace.get("computeProperties") or []:
+            sms = props.get("numSms", props.get("multiProcessorCount"))
+            cc = f"{props.get('computeMajor', props.get('major'))}.{props.get('computeMinor', props.get('minor'))}"
+            devices.append((path.name, props["name"], sms, cc))
+    ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
+    for path in sorted((corpus / "ncu-rep").iterdir()):
+        action = ncu_report.load_report(str(path)).range_by_idx(0).action_by_idx(0)
+        value = {n: action.metric_by_name(f"device__attribute_{n}") for n in
+                 ("display_name", "multiprocessor_count", "compute_capability_major", "compute_capability_minor")}
+        devices.append((path.name, value["display_name"].as_string(), int(value["multiprocessor_count"].as_double()),
+                        f"{int(value['compute_capability_major'].as_double())}."
+                        f"{int(value['compute_capability_minor'].as_double())}"))
+    return devices
+
+
+def test_every_nvidia_device_in_the_corpus_is_a_card(corpus: Path) -> None:
+    devices = _corpus_devices(corpus)
+    checked = 0
+    for file, name, sms, cc in devices:
+        if name.startswith("AMD"):
+            continue
+        card = lookup(name)
+        assert (card.sm_count, card.cc) == (sms, cc), \
+            f"{file}: {name} is {sms} SMs CC {cc}; CardBook {card.key} says {card.sm_count} SMs CC {card.cc}"
+        checked += 1
+    assert checked >= 20 and len({d[1] for d in devices}) >= 12
+
+
+def test_a_non_nvidia_device_is_a_clear_error(corpus: Path) -> None:
+    names = {name for _, name, _, _ in _corpus_devices(corpus) if name.startswith("AMD")}
+    assert names == {"AMD Radeon Graphics"}  # MI250 under ROCm 6.2 reports only this
+    with pytest.raises(UnknownCardError, match="AMD Radeon Graphics"):
+        lookup("AMD Radeon Graphics")
+
+
+def test_detect_prefers_the_named_card_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IOTRACE_CARD", "h100")
+    assert detect("a10g").key == "a10g"
+    assert detect().key == "h100-sxm"
+
+
+def test_detect_without_gpu_or_name_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU, so detect() finds it")
+    monkeypatch.delenv("IOTRACE_CARD", raising=False)
+    with pytest.raises(NoGpuError, match=r"no GPU found .* pass --card NAME or set IOTRACE_CARD"):
+        detect()
+
+
+@pytest.mark.gpu
+def test_detect_reads_the_local_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU: torch.cuda sees none")
+    monkeypatch.delenv("IOTRACE_CARD", raising=False)
+    card = detect()
+    props = torch.cuda.get_device_properties(0)
+    assert card.sm_count == props.multi_processor_count
+    assert card.cc == f"{props.major}.{props.minor}"

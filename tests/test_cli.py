@@ -1,0 +1,164 @@
+"""The CLI in a real subprocess: answers as JSON, one-line errors with exit code 2, help everywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def _json(*args: str) -> object:
+    result = run_cli(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_occupancy_json_answer() -> None:
+    out = _json("occupancy", "--cc", "8.6", "--threads", "256", "--regs", "64", "--smem-static", "0",
+                "--smem-dynamic", "0")
+    # 64 regs x 32 = 2048 per warp; 16384 per sub-partition / 2048 = 8 warps x 4 = 32 warps = 4 blocks of 8 warps.
+    assert out["active_blocks_per_sm"] == 4 and out["active_warps_per_sm"] == 32
+    assert out["occupancy_pct"] == pytest.approx(200 / 3)
+    assert out["limiters"] == ["registers"]
+    assert out["limits"] == {"warps": 6, "registers": 4, "shared_mem": 100, "blocks": 16, "barriers": 16}
+
+
+def test_occupancy_by_card_and_math_alias_agree() -> None:
+    by_card = _json("occupancy", "--card", "h100", "--threads", "128", "--regs", "168", "--smem-dynamic", "98304")
+    by_math = _json("math", "occupancy", "--cc", "9.0", "--threads", "128", "--regs", "168", "--smem-dynamic", "98304")
+    assert by_card == by_math
+    # 98304 + 1024 reserved = 99328 B per block; 228 KB / 99328 = 2 blocks.
+    assert by_card["limits"]["shared_mem"] == 2 and by_card["active_blocks_per_sm"] == 2
+
+
+def test_occupancy_curves_and_figure(tmp_path: Path) -> None:
+    page = tmp_path / "occ.html"
+    out = _json("occupancy", "--cc", "8.0", "--threads", "256", "--regs", "32", "--curves", "-o", str(page))
+    registers = {p["x"]: p["active_warps_per_sm"] for p in out["curves"]["registers"]}
+    assert registers[32] == 64 and registers[255] == 8 and len(out["curves"]["block_size"]) == 65
+    html = page.read_text()
+    assert "plotly" in html.lower() and "active warps per SM" in html
+
+
+def test_decode_known_check_and_inverse() -> None:
+    forward = _json("math", "decode", "--bandwidth-gbs", "936", "--params", "27e9", "--bits", "4")
+    assert forward["result"]["value"] == pytest.approx(69.333, abs=1e-3)
+    assert "936000000000 / (27000000000 × 0.5)".replace("936000000000", "9.36e11").replace(
+        "27000000000", "2.7e10") in forward["steps"][0]
+    inverse = _json("math", "decode", "--card", "rtx3090", "--params", "27B", "--tokens-per-s", "87")
+    assert inverse["result"]["value"] == pytest.approx(0.398467, rel=1e-5)
+
+
+def test_kv_known_check_with_model_and_card() -> None:
+    out = _json("math", "kv", "--model", "llama-3-8b", "--tokens", "8k", "--bits", "16", "--card", "h200",
+                "--weight-bits", "16")
+    assert out["result"]["value"] == 1_073_741_824
+    fits = next(q for q in out["also"] if q["symbol"] == "fits")
+    # (141e9 - 8.03e9 * 2) / 131072 B per token = 953,247 tokens.
+    assert fits["value"] == (141e9 - 8.03e9 * 2) // 131072
+
+
+def test_spec_prefill_roofline() -> None:
+    assert _json("math", "spec", "--alpha", "0.8", "--gamma", "4")["result"]["value"] == pytest.approx(3.3616)
+    spec = _json("math", "spec", "--alpha", "0.8", "--gamma", "4", "--draft-cost", "0.05")
+    assert spec["also"][0]["value"] == pytest.approx(2.801333, rel=1e-6)
+    prefill = _json("math", "prefill", "--peak-tflops", "989.4", "--params", "8.03e9", "--tokens", "2048")
+    assert prefill["result"]["value"] == pytest.approx(61606.48, rel=1e-6)
+    roof = _json("math", "roofline", "--card", "h100", "--flops", "1.37e11", "--bytes", "1.0e8",
+                 "--precision", "fp16_tensor")
+    assert roof["notes"][0].startswith("compute-bound")
+
+
+def test_cards_and_card() -> None:
+    cards = _json("cards")
+    assert len(cards) >= 20 and {"rtx3090", "h200-sxm", "mi300x"} <= {c["key"] for c in cards}
+    card = _json("card", "NVIDIA GeForce RTX 3090")
+    assert card["memory_bandwidth_gbs"] == 936 and card["cc"] == "8.6"
+
+
+def test_tour_runs_without_a_gpu() -> None:
+    result = run_cli("tour")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    for expected in ("69.33 tok/s", "1.074e9 B", "3.362 tokens", "occupancy = ", "compute-bound", "memory-bound"):
+        assert expected in text, f"{expected!r} missing from the tour"
+
+
+BAD_INPUT = [
+    (["occupancy", "--cc", "8.6", "--threads", "1025", "--regs", "32"], "threads_per_block=1025"),
+    (["occupancy", "--cc", "8.6", "--threads", "0", "--regs", "32"], "threads_per_block=0"),
+    (["occupancy", "--cc", "8.6", "--threads", "-5", "--regs", "32"], "threads_per_block=-5"),
+    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "256"], "registers_per_thread=256"),
+    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "--smem-static", "-1"], "smem_static=-1"),
+    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "--barriers", "17"], "barriers=17"),
+    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "--carveout-pct", "101"], "carveout_pct=101"),
+    (["occupancy", "--cc", "6.1", "--threads", "256", "--regs", "32"], "compute capability 6.1"),
+    (["occupancy", "--cc", "eight", "--threads", "256", "--regs", "32"], "'eight'"),
+    (["occupancy", "--cc", "8.6", "--threads", "lots", "--regs", "32"], "'lots' is not a whole number"),
+    (["occupancy", "--card", "mi300x", "--threads", "256", "--regs", "32"], "no CUDA compute capability"),
+    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "/nonexistent/dir/x.html"], "cannot write"),
+    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "x.png"], "only .html"),
+    (["occupancy", "--threads", "256", "--regs", "32"], "one of the arguments --cc --card is required"),
+    (["card", "rtx 9999"], "no card called 'rtx 9999'"),
+    (["math", "decode", "--card", "nonsense-gpu", "--params", "27e9", "--bits", "4"], "no card called"),
+    (["math", "decode", "--card", "rtx3090", "--params", "abc", "--bits", "4"], "'abc' is not a number"),
+    (["math", "decode", "--card", "rtx3090", "--params", "0", "--bits", "4"], "params=0 must be a positive"),
+    (["math", "decode", "--card", "rtx3090", "--params=-27e9", "--bits", "4"], "params=-2.7e+10 must be"),
+    (["math", "decode", "--card", "rtx3090", "--params", "1e400", "--bits", "4"], "not a finite number"),
+    (["math", "decode", "--card", "rtx3090", "--params", "27e9", "--bits", "0"], "outside 0 < bits <= 64"),
+    (["math", "decode", "--card", "rtx3090", "--bits", "4"], "--params is missing"),
+    (["math", "decode", "--params", "27e9", "--bits", "4"], "no memory bandwidth"),
+    (["math", "kv", "--model", "gpt-9", "--tokens", "8192"], "no model called 'gpt-9'"),
+    (["math", "kv", "--layers", "32", "--kv-heads", "0", "--head-dim", "128", "--tokens", "8192"], "kv_heads=0"),
+    (["math", "spec", "--alpha", "1.5", "--gamma", "4"], "alpha=1.5"),
+    (["math", "spec", "--alpha", "0.8", "--gamma", "0"], "gamma=0"),
+    (["math", "prefill", "--card", "t4", "--precision", "bf16_tensor", "--params", "8e9", "--tokens", "2k"],
+     "states no bf16_tensor peak"),
+    (["math", "roofline", "--card", "h100", "--flops", "1e9", "--bytes", "0"], "bytes=0 must be"),
+    (["nonsense"], "invalid choice: 'nonsense'"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_path: Path) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr and expected in lines[0], lines[0]
+    assert result.stdout == ""
+
+
+def test_card_without_name_or_gpu_is_a_clear_error() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU, so `iotrace card` describes it")
+    result = run_cli("card", env={"IOTRACE_CARD": ""})
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("iotrace: error: no GPU found (torch.cuda and CuPy see none) and no card was "
+                                     "named — pass --card NAME or set IOTRACE_CARD (see `iotrace cards`)")
+
+
+@pytest.mark.parametrize("command", [[], ["tour"], ["cards"], ["card"], ["math"], ["math", "decode"],
+                                     ["math", "prefill"], ["math", "kv"], ["math", "roofline"], ["math", "spec"],
+                                     ["math", "occupancy"], ["occupancy"]])
+def test_every_command_has_help(command: list[str]) -> None:
+    result = run_cli(*command, "--help")
+    assert result.returncode == 0 and "usage: iotrace" in result.stdout
+
+
+def test_every_data_command_takes_json() -> None:
+    from iotrace.cli import build_parser
+
+    parser = build_parser()
+    data_commands = ["cards", "card", "math decode", "math prefill", "math kv", "math roofline", "math spec",
+                     "math occupancy", "occupancy"]
+    for command in data_commands:
+        sub = parser
+        for word in command.split():
+            sub = next(a for a in sub._actions if a.dest in ("command", "identity")).choices[word]
+        assert any("--json" in a.option_strings for a in sub._actions), command
