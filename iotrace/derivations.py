@@ -17,7 +17,9 @@ __all__ = ["Derivation", "Quantity", "decode", "kv_cache", "num", "prefill", "ro
 
 
 def num(value: float, digits: int = 4) -> str:
-    """A number as a reader writes it: 69.33, 1.074e+09 -> 1.074e9, 27000000000 -> 2.7e10."""
+    """A number as a reader writes it: 69.33, 60577, 1.074e+09 -> 1.074e9, 27000000000 -> 2.7e10."""
+    if float(value).is_integer() and abs(value) < 1e7:  # counts (tokens, blocks) stay whole
+        return str(int(value))
     text = f"{value:.{digits}g}"
     if "e" in text:
         mantissa, exponent = text.split("e")

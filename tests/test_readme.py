@@ -1,0 +1,40 @@
+"""The README's examples are runnable: every `$ iotrace ...` line exits 0 and every python block runs."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+TEXT = README.read_text(encoding="utf-8")
+COMMANDS = re.findall(r"^\$ iotrace (.+)$", TEXT, flags=re.MULTILINE)
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", TEXT, flags=re.DOTALL)
+
+
+def test_readme_has_examples_for_every_command() -> None:
+    first_words = {c.split()[0] if c.split()[0] != "math" else " ".join(c.split()[:2]) for c in COMMANDS}
+    assert first_words >= {"tour", "cards", "card", "math decode", "math prefill", "math kv", "math roofline",
+                           "math spec", "occupancy"}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_readme_command_runs(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = shlex.split(command)
+    args = [str(tmp_path / a) if a.endswith(".html") else a for a in args]
+    result = run_cli(*args)
+    assert result.returncode == 0, f"iotrace {command}: {result.stderr}"
+    assert result.stdout.strip()
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS)
+def test_readme_python_runs(block: str) -> None:
+    result = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "69.33" in result.stdout and "1073741824" in result.stdout
