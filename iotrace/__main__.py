@@ -4,4 +4,5 @@ import sys
 
 from iotrace.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # compile workers are spawned processes that re-import this module
+    sys.exit(main())

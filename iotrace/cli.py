@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.errors import InvalidValueError, IotraceError, KernelWrongError
 
 __all__ = ["EXIT_USAGE", "build_parser", "main"]
 
@@ -164,7 +164,47 @@ def build_parser() -> argparse.ArgumentParser:
     for parent, name in ((identities, "occupancy"), (commands, "occupancy")):
         occ = parent.add_parser(name, help="6. occupancy: active warps / max warps, with every limit")
         _add_occupancy_args(occ)
+
+    kernels = commands.add_parser("kernels", help="list the installed kernel plugins, their presets and spaces")
+    _add_card(kernels, " for the space sizes (default h100)")
+    _add_json(kernels)
+    kernels.set_defaults(func=_cmd_kernels)
+
+    run = commands.add_parser("run", help="run a kernel: check it, cost it, compile it for a card, time it on a GPU")
+    run.add_argument("kernel", metavar="KERNEL", help="a kernel name (see `iotrace kernels`)")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--preset", metavar="NAME", help="a named shape from a real model (see `iotrace kernels`)")
+    where.add_argument("--shape", type=_mapping, metavar="K=V,...", help="a free shape, e.g. M=4096,N=4096,K=4096")
+    run.add_argument("--dtype", help="input dtype (default: the kernel's first, e.g. fp16)")
+    run.add_argument("--config", type=_mapping, metavar="K=V,...",
+                     help="tuning parameters over the card's default, e.g. BLOCK_M=64,num_warps=4")
+    run.add_argument("--backend", default="triton", help="triton (default) or cuda where the kernel has it")
+    _add_card(run, " (default: $IOTRACE_CARD, then the local GPU)")
+    run.add_argument("--seed", type=count, help="seed of the random inputs (default: fresh each run)")
+    run.add_argument("--no-check", action="store_true", help="skip the comparison with the reference")
+    _add_json(run)
+    run.set_defaults(func=_cmd_run)
     return parser
+
+
+def _mapping(text: str) -> dict[str, int | bool]:
+    """``K=V,K=V`` with integer values (``true``/``false`` for switches): a shape or a config."""
+    out: dict[str, int | bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"{item!r} is not KEY=VALUE (e.g. M=4096,N=4096)")
+        value = value.strip().lower()
+        if value in ("true", "false"):
+            out[key.strip()] = value == "true"
+        else:
+            try:
+                out[key.strip()] = count(value)
+            except argparse.ArgumentTypeError:
+                raise argparse.ArgumentTypeError(f"{key.strip()}={value!r} is not a whole number") from None
+    if not out:
+        raise argparse.ArgumentTypeError(f"{text!r} names nothing (e.g. M=4096,N=4096)")
+    return out
 
 
 def _add_occupancy_args(occ: argparse.ArgumentParser) -> None:
@@ -335,6 +375,51 @@ def _write_figure(path: Path, result: Any) -> None:
         raise InvalidValueError(f"cannot write {path} ({exc.strerror})", "choose a writable path") from exc
 
 
+def _cmd_kernels(args: argparse.Namespace) -> None:
+    from iotrace.cards import lookup
+    from iotrace.console import print_kernels
+    from iotrace.plugins import kernels
+
+    card = lookup(args.card or "h100")
+    rows = []
+    for spec in kernels().values():
+        shape = spec.check_shape(spec.default_shape)
+        rows.append({"name": spec.name, "summary": spec.summary, "dtypes": list(spec.dtypes),
+                     "backends": list(spec.backends), "shape_keys": list(spec.shape_keys),
+                     "default_shape": shape, "presets": spec.presets,
+                     "space_size": {b: len(spec.space(shape, spec.dtypes[0], card, b)) for b in spec.backends},
+                     "space_card": card.key})
+    _emit(args, rows, lambda: print_kernels(_console(), rows))
+
+
+def _cmd_run(args: argparse.Namespace) -> None:
+    from iotrace.cards import detect
+    from iotrace.console import print_run
+    from iotrace.plugins import kernel
+    from iotrace.runner import resolve_config, run
+
+    spec = kernel(args.kernel)
+    if args.preset is not None:
+        if args.preset not in spec.presets:
+            raise InvalidValueError(f"{spec.name} has no preset {args.preset!r}",
+                                    f"its presets are {', '.join(spec.presets)}")
+        shape = dict(spec.presets[args.preset])
+    else:
+        shape = args.shape or dict(spec.default_shape)
+    shape = spec.check_shape(shape)
+    dtype = spec.check_dtype(args.dtype or spec.dtypes[0])
+    card = detect(args.card)
+    if args.backend not in spec.backends:
+        raise InvalidValueError(f"{spec.name} has no {args.backend!r} backend", f"use one of {', '.join(spec.backends)}")
+    config = resolve_config(spec, shape, dtype, card, args.backend, args.config)
+    result = run(spec, shape, dtype, card, backend=args.backend, config=config, check=not args.no_check,
+                 seed=args.seed)
+    _emit(args, result.to_dict(), lambda: print_run(_console(), result, card))
+    if result.check.ran and not result.check.correct:
+        raise KernelWrongError(f"{spec.name} {config} gave wrong results: {result.check.where}",
+                               f"reproduce with --seed {result.check.seed}")
+
+
 def _cmd_tour(args: argparse.Namespace) -> None:
     from iotrace.tour import run_tour
 
@@ -352,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.func(args)
     except IotraceError as exc:
         print(f"iotrace: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exc.exit_code
     except BrokenPipeError:  # `iotrace cards | head`: the reader left; not an error of ours or theirs
         return 0
     return 0

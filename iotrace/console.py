@@ -106,3 +106,56 @@ def print_occupancy(console: Console, r: OccupancyResult) -> None:
                   f"{', '.join(r.limiters) or '—'}")
     if r.reason:
         console.print(f"  [bold red]cannot launch:[/bold red] {r.reason}")
+
+
+def print_kernels(console: Console, rows: list[dict]) -> None:
+    if not rows:
+        console.print("No kernels installed: built-ins failed to register (see `iotrace kernels --json`).")
+        return
+    table = Table(title=f"Kernels (space sizes for the default shape on {rows[0]['space_card']})",
+                  title_justify="left")
+    for column in ("kernel", "summary", "dtypes", "backends: configs", "presets"):
+        table.add_column(column)
+    for row in rows:
+        spaces = ", ".join(f"{b}: {n}" for b, n in row["space_size"].items())
+        table.add_row(row["name"], row["summary"], " ".join(row["dtypes"]), spaces,
+                      f"{len(row['presets'])}: " + ", ".join(list(row["presets"])[:3]) + ", …")
+    console.print(table)
+
+
+def print_run(console: Console, result, card: Card) -> None:
+    """A kernel run: what was checked, the cost and roofline (modelled), resources and occupancy (static), timing."""
+    shape = ",".join(f"{k}={v}" for k, v in result.shape.items())
+    config = ",".join(f"{k}={v}" for k, v in result.config.items())
+    console.print(f"[bold]{result.kernel}[/bold] ({result.backend}, {result.dtype}) shape {shape} on {card.name}")
+    console.print(f"  config {config}")
+    check = result.check
+    if check.ran:
+        verdict = "[bold green]correct[/bold green]" if check.correct else "[bold red]WRONG[/bold red]"
+        console.print(f"  check: {verdict} against the reference (max |err| {num(check.max_abs_err)}, "
+                      f"{num(check.max_err_over_tolerance)} of tolerance; seed {check.seed})"
+                      + (f" — {check.where}" if check.where else ""))
+    if check.note:
+        console.print(f"  [dim]check: {check.note}[/dim]")
+    cost, roof = result.cost, result.roofline
+    console.print(f"  cost [dim](modelled)[/dim]: {num(cost.flops)} FLOP, {num(cost.bytes)} B, "
+                  f"I = {num(cost.intensity)} FLOP/B   [dim]{cost.formula}[/dim]")
+    console.print(f"  roofline [dim](modelled)[/dim]: {roof.bound}-bound on {card.key} (ridge {num(roof.ridge)} FLOP/B, "
+                  f"{roof.peak} {num(roof.peak_flop_per_s / 1e12)} TFLOP/s, {num(roof.bandwidth_bytes_per_s / 1e9)} GB/s)"
+                  f" → floor {num(roof.floor_us)} µs")
+    for res in result.resources:
+        console.print(f"  resources [dim](static, {res.compiler} for {res.target})[/dim]: {res.kernel}: "
+                      f"{res.registers} registers, {res.shared_mem_bytes} B shared memory, "
+                      f"{res.spills} B spilled, {res.barriers} barrier(s), {res.threads_per_block} threads × "
+                      f"{'×'.join(map(str, res.grid))} blocks")
+    occ = result.occupancy
+    console.print(f"  occupancy [dim](static)[/dim]: {num(occ.occupancy_pct)} % ({occ.active_blocks_per_sm} blocks, "
+                  f"{occ.active_warps_per_sm}/{occ.max_warps_per_sm} warps per SM), limited by "
+                  f"{', '.join(occ.limiters)}; {num(result.waves, 3)} waves over {card.sm_count} SMs")
+    if result.timing:
+        t = result.timing
+        console.print(f"  time [dim](measured, {t.method})[/dim]: {num(t.median_us)} µs "
+                      f"(p20 {num(t.p20_us)}, p80 {num(t.p80_us)}) → {num(t.tflops)} TFLOP/s, {num(t.gbps)} GB/s, "
+                      f"{num(t.pct_of_roofline)} % of the roofline floor")
+    for note in result.notes:
+        console.print(f"  [dim]{note}[/dim]")

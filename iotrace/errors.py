@@ -20,7 +20,10 @@ __all__ = [
 
 
 class IotraceError(Exception):
-    """Base class of every error a user can cause; the CLI turns it into one line and exit 2."""
+    """Base class of every error a user can cause; the CLI turns it into one line and ``exit_code`` (2)."""
+
+    #: The CLI's exit status for this error: 2 for what the user asked for; subclasses may differ.
+    exit_code = 2
 
     def __init__(self, problem: str, fix: str = "") -> None:
         self.problem = problem
@@ -50,3 +53,9 @@ class DataFileError(IotraceError):
 
 class PluginError(IotraceError):
     """A plugin that fails to load or does not satisfy its hook specification."""
+
+
+class KernelWrongError(IotraceError):
+    """A kernel whose output does not match its reference: a failed check, not a usage error (exit 1)."""
+
+    exit_code = 1

@@ -1,0 +1,298 @@
+"""Compile a kernel config for a card's target on the CPU and read its static resources.
+
+Triton kernels are compiled with ``triton.compile(ASTSource, GPUTarget("cuda", cc, 32))`` — no GPU needed —
+and ptxas's ``-v`` log gives registers, spills and barriers; the compiled metadata gives dynamic shared
+memory (../shared/reference/env-probe.md, section 6b). CUDA C++ kernels go through ``nvcc -cubin
+--resource-usage``. Resources feed ``iotrace.occupancy`` unchanged, so a Triton kernel and a CUDA kernel
+are judged by the same rules.
+
+Triton decides interpreter-or-compiler when a kernel module is imported, so Triton units compile in worker
+processes (``python -m iotrace.compile_info``) started fresh with the interpreter off, several at once. Plain
+subprocesses rather than multiprocessing: a user's script needs no ``__main__`` guard. Results are cached on disk by
+(kernel source, launch, target, compiler version) under ``$IOTRACE_CACHE_DIR`` (default ``~/.cache/iotrace``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from iotrace.errors import IotraceError
+from iotrace.plugins.spec import CudaUnit, TritonUnit
+from iotrace.sm_limits import parse_cc
+
+__all__ = ["Resources", "CompileError", "ToolMissingError", "compile_resources", "parse_ptxas_log", "cache_dir"]
+
+
+class CompileError(IotraceError):
+    """A kernel config that does not compile for a target (the compiler's message is kept)."""
+
+
+class ToolMissingError(IotraceError):
+    """A compiler iotrace needs (nvcc) is not installed."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one compiled kernel asks of an SM, per the compiler for one target."""
+
+    target: str
+    kernel: str
+    registers: int
+    static_smem: int
+    dynamic_smem: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    barriers: int
+    threads_per_block: int
+    grid: tuple[int, int, int]
+    compiler: str
+
+    @property
+    def shared_mem_bytes(self) -> int:
+        return self.static_smem + self.dynamic_smem
+
+    @property
+    def spills(self) -> int:
+        """Bytes spilled to local memory per thread (stores + loads), as ptxas reports them."""
+        return self.spill_stores + self.spill_loads
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(shared_mem_bytes=self.shared_mem_bytes, spills=self.spills)
+        return out
+
+
+_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?")
+_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas_log(log: str) -> dict[str, int]:
+    """Registers, barriers, static shared memory, stack and spills from ``ptxas -v`` output (its last function)."""
+    used = _USED.findall(log)
+    if not used:
+        raise CompileError(f"no 'Used N registers' line in the ptxas log: {log.strip()[:200]!r}",
+                           "check that ptxas ran with -v")
+    regs, barriers = used[-1]
+    spill = _SPILL.findall(log)
+    stack, stores, loads = (int(v) for v in spill[-1]) if spill else (0, 0, 0)
+    smem = _SMEM.findall(log)
+    return {"registers": int(regs), "barriers": int(barriers or 0), "static_smem": int(smem[-1]) if smem else 0,
+            "stack_bytes": stack, "spill_stores": stores, "spill_loads": loads}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("IOTRACE_CACHE_DIR", Path.home() / ".cache" / "iotrace")) / "compile"
+
+
+def _cc_number(cc: str | tuple[int, int]) -> int:
+    major, minor = parse_cc(cc)
+    return major * 10 + minor
+
+
+# --- Triton --------------------------------------------------------------------------------------------------
+
+
+#: The environment of a compile worker: real @triton.jit functions, and a recompile every time so ptxas
+#: prints its log (Triton's own cache would skip ptxas).
+_WORKER_ENV = {"TRITON_INTERPRET": "0", "TRITON_ALWAYS_COMPILE": "1", "TRITON_DUMP_PTXAS_LOG": "1",
+               "TRITON_DEFAULT_FP_FUSION": "1"}
+
+
+def _compile_triton(unit: TritonUnit, cc_number: int) -> Resources:
+    """Compile one Triton unit for ``sm_<cc_number>`` (runs inside a worker process, see :func:`_worker_main`)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(unit.module), unit.function)
+    signature: dict[str, str] = {}
+    constexprs: dict[Any, Any] = {}
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    names = list(fn.arg_names)
+    for name in names:
+        if name in unit.constexprs:
+            signature[name], constexprs[(names.index(name),)] = "constexpr", unit.constexprs[name]
+            continue
+        value = unit.args[name]
+        index = (names.index(name),)
+        if isinstance(value, str) and value.startswith("*"):  # a pointer: torch allocations are 256-byte aligned
+            signature[name], attrs[index] = value, [["tt.divisibility", 16]]
+        elif isinstance(value, str):  # a float scalar, given by its type
+            signature[name] = value
+        elif value == 1:  # Triton specialises an integer argument equal to 1 into a constant
+            signature[name], constexprs[index] = "constexpr", 1
+        else:
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            if value % 16 == 0:
+                attrs[index] = [["tt.divisibility", 16]]
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log):
+            compiled = triton.compile(source, target=GPUTarget("cuda", cc_number, 32),
+                                      options={"num_warps": unit.num_warps, "num_stages": unit.num_stages})
+    except Exception as exc:  # the compiler's own failure, kept whole for the user
+        raise CompileError(f"{unit.function} does not compile for sm_{cc_number}: {str(exc).strip()[:300]}",
+                           "try a smaller tile or fewer stages") from None
+    parsed = parse_ptxas_log(log.getvalue())
+    return Resources(target=f"sm_{cc_number}", kernel=unit.function, registers=parsed["registers"],
+                     static_smem=parsed["static_smem"], dynamic_smem=int(compiled.metadata.shared),
+                     spill_stores=parsed["spill_stores"], spill_loads=parsed["spill_loads"],
+                     stack_bytes=parsed["stack_bytes"], barriers=parsed["barriers"],
+                     threads_per_block=unit.threads_per_block, grid=unit.grid, compiler=f"triton {triton.__version__}")
+
+
+# --- CUDA C++ ------------------------------------------------------------------------------------------------
+
+
+def nvcc_path() -> str:
+    found = shutil.which("nvcc")
+    if found is None:
+        raise ToolMissingError("nvcc is not installed, so CUDA C++ kernels cannot be compiled for their resources",
+                               "install the CUDA toolkit (or pip install nvidia-cuda-nvcc) and put nvcc on PATH")
+    return found
+
+
+def _compile_cuda(unit: CudaUnit, cc_number: int) -> Resources:
+    nvcc = nvcc_path()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kernel.cu"
+        src.write_text(unit.source, encoding="utf-8")
+        cmd = [nvcc, f"-arch=sm_{cc_number}", "-cubin", "-Xptxas", "-v", *unit.options, "-o",
+               str(Path(tmp) / "kernel.cubin"), str(src)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise CompileError(f"nvcc failed for {unit.kernel} on sm_{cc_number}: {done.stderr.strip()[-300:]}",
+                               "check the kernel source")
+    log = done.stderr + done.stdout
+    # ptxas prints one block per entry function; keep this kernel's (its extern "C" name).
+    blocks = {b.split("'")[1]: b for b in log.split("Compiling entry function ")[1:] if "'" in b}
+    if unit.kernel not in blocks:
+        raise CompileError(f"nvcc compiled no entry function {unit.kernel!r} (found {', '.join(blocks) or 'none'})",
+                           'declare the kernel extern "C" __global__')
+    parsed = parse_ptxas_log(blocks[unit.kernel])
+    version = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True,
+                                                               text=True).stdout)
+    return Resources(target=f"sm_{cc_number}", kernel=unit.kernel, registers=parsed["registers"],
+                     static_smem=parsed["static_smem"], dynamic_smem=unit.dynamic_smem,
+                     spill_stores=parsed["spill_stores"], spill_loads=parsed["spill_loads"],
+                     stack_bytes=parsed["stack_bytes"], barriers=parsed["barriers"],
+                     threads_per_block=unit.threads_per_block, grid=unit.grid,
+                     compiler=f"nvcc {version.group(1) if version else 'unknown'}")
+
+
+# --- cache and fan-out ---------------------------------------------------------------------------------------
+
+
+def _compiler_version(unit: TritonUnit | CudaUnit) -> str:
+    if isinstance(unit, CudaUnit):
+        return "nvcc:" + (shutil.which("nvcc") or "")
+    from importlib.metadata import version
+
+    return "triton:" + version("triton")
+
+
+def _cache_key(unit: TritonUnit | CudaUnit, cc_number: int) -> str:
+    if isinstance(unit, TritonUnit):
+        spec = importlib.util.find_spec(unit.module)
+        source = Path(spec.origin).read_bytes() if spec and spec.origin else b""
+        fields = json.dumps(asdict(unit), sort_keys=True, default=str).encode()
+    else:
+        source, fields = unit.source.encode(), json.dumps(asdict(unit), sort_keys=True, default=str).encode()
+    digest = hashlib.sha256(source + fields + _compiler_version(unit).encode() + str(cc_number).encode())
+    return digest.hexdigest()[:32]
+
+
+def _load_cached(key: str) -> Resources | None:
+    path = cache_dir() / f"{key}.json"
+    try:
+        data = json.loads(path.read_text())
+        data["grid"] = tuple(data["grid"])
+        return Resources(**data)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent or unreadable: compile again
+
+
+def _store(key: str, resources: Resources) -> None:
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        tmp = cache_dir() / f".{key}.tmp"
+        tmp.write_text(json.dumps(asdict(resources)))
+        tmp.replace(cache_dir() / f"{key}.json")
+    except OSError:
+        pass  # a read-only home only costs a recompile next time
+
+
+def compile_resources(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int],
+                      jobs: int | None = None) -> list[Resources]:
+    """Static resources of every unit compiled for ``cc``, from the cache or compiled (in parallel for Triton)."""
+    cc_number = _cc_number(cc)
+    results: list[Resources | None] = [None] * len(units)
+    todo: list[tuple[int, str]] = []
+    for i, unit in enumerate(units):
+        key = _cache_key(unit, cc_number)
+        results[i] = _load_cached(key)
+        if results[i] is None:
+            todo.append((i, key))
+    triton_todo = [(i, key) for i, key in todo if isinstance(units[i], TritonUnit)]
+    for i, key in todo:
+        if isinstance(units[i], CudaUnit):
+            results[i] = _compile_cuda(units[i], cc_number)  # type: ignore[arg-type]
+            _store(key, results[i])
+    if triton_todo:
+        workers = max(1, min(jobs or os.cpu_count() or 1, len(triton_todo)))
+        batches = [triton_todo[w::workers] for w in range(workers)]
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for batch, answers in zip(batches, pool.map(lambda b: _run_worker([units[i] for i, _ in b], cc_number),
+                                                         batches), strict=True):
+                for (i, key), answer in zip(batch, answers, strict=True):
+                    if "error" in answer:
+                        raise CompileError(answer["error"], answer["fix"])
+                    answer["grid"] = tuple(answer["grid"])
+                    results[i] = Resources(**answer)
+                    _store(key, results[i])
+    return [r for r in results if r is not None]
+
+
+def _run_worker(units: list[TritonUnit], cc_number: int) -> list[dict[str, Any]]:
+    job = json.dumps({"cc": cc_number, "units": [asdict(u) for u in units]})
+    done = subprocess.run([sys.executable, "-m", "iotrace.compile_info"], input=job, capture_output=True, text=True,
+                          env={**os.environ, **_WORKER_ENV})
+    if done.returncode != 0:
+        raise CompileError(f"the Triton compile worker failed: {done.stderr.strip()[-400:]}",
+                           "run `python -m iotrace.compile_info` by hand to see the whole error")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _worker_main() -> None:
+    """Read a compile job (JSON on stdin), compile each unit, print one JSON line of answers."""
+    job = json.loads(sys.stdin.read())
+    answers = []
+    for fields in job["units"]:
+        fields["grid"] = tuple(fields["grid"])
+        try:
+            answers.append(asdict(_compile_triton(TritonUnit(**fields), job["cc"])))
+        except CompileError as exc:
+            answers.append({"error": exc.problem, "fix": exc.fix})
+    print(json.dumps(answers))
+
+
+if __name__ == "__main__":
+    _worker_main()

@@ -1,0 +1,1 @@
+"""Built-in kernels, one file each: the Triton (or CUDA C++) kernel, its launcher and its KernelSpec."""

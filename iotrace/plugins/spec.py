@@ -1,0 +1,218 @@
+"""The KernelSpec contract: what every iotrace kernel plugin provides.
+
+A kernel is one class deriving from :class:`KernelSpec`, living in one file beside its Triton (or CUDA
+C++) kernels and launcher. The runner, the CLI and the autotuner use only the methods below, so a
+third-party kernel is listed, run, costed, compiled and tuned exactly like a built-in one.
+
+This module imports torch only under ``TYPE_CHECKING``: kernel files import torch themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from iotrace.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    import torch
+
+    from iotrace.cards import Card
+
+__all__ = ["Cost", "Tolerance", "TritonUnit", "CudaUnit", "KernelSpec", "Shape", "Config", "DTYPE_BYTES",
+           "DTYPE_PEAK"]
+
+Shape = dict[str, int]
+Config = dict[str, Any]
+
+#: Bytes per element of each dtype name a spec may support.
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8e4m3": 1, "int8": 1}
+
+#: The CardBook peak that bounds tensor-core work in each input dtype (iotrace.cards.PRECISIONS).
+DTYPE_PEAK = {"fp32": "tf32_tensor", "fp16": "fp16_tensor", "bf16": "bf16_tensor", "fp8e4m3": "fp8_tensor",
+              "int8": "int8_tensor"}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Identity 4 applied to one kernel call: the work and the minimum traffic to and from device memory.
+
+    ``peak`` names the CardBook peak that bounds the work (e.g. ``fp16_tensor`` for a tensor-core GEMM,
+    ``fp32`` for element-wise math); ``formula`` states how both numbers were counted.
+    """
+
+    flops: float
+    bytes: float
+    peak: str
+    formula: str
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else math.inf
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Allowed error against the reference: ``|out - ref| <= atol + rtol * |ref|`` element-wise."""
+
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class TritonUnit:
+    """One Triton kernel launch, as the compiler needs it to report static resources for a target.
+
+    ``module`` and ``function`` name the ``@triton.jit`` function so a compile worker can import it with the
+    interpreter off. ``args`` holds every runtime argument: a pointer as its Triton type (``"*fp16"``), a
+    float scalar as its type (``"fp32"``), an integer as the value it will have, so the compile specialises
+    it as a launch would (equal to 1, divisible by 16); ``constexprs`` holds the meta-parameters.
+    """
+
+    module: str
+    function: str
+    args: dict[str, str | int]
+    constexprs: dict[str, Any]
+    num_warps: int
+    num_stages: int
+    grid: tuple[int, int, int]
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.num_warps * 32
+
+
+@dataclass(frozen=True)
+class CudaUnit:
+    """One CUDA C++ kernel launch: its source, name and geometry, compiled with nvcc for resources."""
+
+    source: str
+    kernel: str
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    dynamic_smem: int = 0
+    options: tuple[str, ...] = ()
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+class KernelSpec(ABC):
+    """The contract of an iotrace kernel plugin.
+
+    Subclasses set the class attributes and implement the abstract methods. Shapes are dicts of named
+    positive integers (``{"M": 4096, "N": 4096, "K": 4096}``); configs are dicts of tuning parameters.
+    """
+
+    #: Unique kernel name, used on the command line and in the NVTX range ``iotrace/<name>``.
+    name: ClassVar[str] = ""
+    #: One line: what the kernel computes.
+    summary: ClassVar[str] = ""
+    #: dtype names it accepts (keys of :data:`DTYPE_BYTES`).
+    dtypes: ClassVar[tuple[str, ...]] = ()
+    #: Backends it can run on: ``"triton"``, ``"cuda"`` (CUDA C++ through CuPy).
+    backends: ClassVar[tuple[str, ...]] = ("triton",)
+    #: The names of the shape's dimensions, in order.
+    shape_keys: ClassVar[tuple[str, ...]] = ()
+    #: Shape keys that are on/off switches (0 or 1, default 0), e.g. ``bias`` or ``residual``.
+    shape_flags: ClassVar[tuple[str, ...]] = ()
+    #: Named shapes from real models.
+    presets: ClassVar[dict[str, Shape]] = {}
+    #: A shape small enough to check under the Triton interpreter in seconds, ragged on purpose.
+    default_shape: ClassVar[Shape] = {}
+
+    # --- shapes -------------------------------------------------------------------------------------------
+
+    def check_shape(self, shape: Mapping[str, int]) -> Shape:
+        """Validate a shape (every key present, positive integers, flags 0 or 1); subclasses add their own limits."""
+        shape = {**dict.fromkeys(self.shape_flags, 0), **shape}
+        missing = [k for k in self.shape_keys if k not in shape]
+        extra = [k for k in shape if k not in self.shape_keys]
+        if missing or extra:
+            raise InvalidValueError(
+                f"shape {dict(shape)} for {self.name} " + (f"lacks {', '.join(missing)}" if missing else
+                                                          f"has unknown keys {', '.join(extra)}"),
+                f"give {', '.join(self.shape_keys)}, e.g. --shape " + ",".join(
+                    f"{k}={v}" for k, v in self.default_shape.items()))
+        out = {}
+        for key in self.shape_keys:
+            value = shape[key]
+            if key in self.shape_flags:
+                if value not in (0, 1) or isinstance(value, bool):
+                    raise InvalidValueError(f"{self.name} shape {key}={value!r} must be 0 or 1", f"{key}=1 turns it on")
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidValueError(f"{self.name} shape {key}={value!r} must be a whole number >= 1",
+                                        f"e.g. {key}={self.default_shape.get(key, 128)}")
+            out[key] = value
+        return out
+
+    def reduce_shape(self, shape: Shape, max_elements: int) -> Shape:
+        """A shape of the same kind small enough to check under the interpreter (each dim scaled down, kept ragged)."""
+        dims = {k: v for k, v in shape.items() if k not in self.shape_flags}
+        total = math.prod(dims.values())
+        if total <= max_elements:
+            return dict(shape)
+        scale = (max_elements / total) ** (1 / len(dims))
+        # Odd sizes keep the reduced shape ragged against every power-of-two block.
+        small = {k: max(1, int(v * scale)) | 1 for k, v in dims.items()}
+        return {**shape, **small}
+
+    def check_dtype(self, dtype: str) -> str:
+        if dtype not in self.dtypes:
+            raise InvalidValueError(f"{self.name} does not support dtype {dtype!r}",
+                                    f"use one of {', '.join(self.dtypes)}")
+        return dtype
+
+    # --- data ---------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def make_inputs(self, shape: Shape, dtype: str, device: str, seed: int) -> dict[str, torch.Tensor]:
+        """Fresh random inputs for ``shape`` (a new ``seed`` gives new data)."""
+
+    @abstractmethod
+    def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Uninitialised output buffers for ``inputs``; the runner poisons them before each launch."""
+
+    @abstractmethod
+    def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The expected outputs, computed in torch with fp32 (or wider) accumulation."""
+
+    @abstractmethod
+    def launch(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+               backend: str = "triton") -> None:
+        """Run the kernel once, writing into ``outputs``. The runner wraps this in the NVTX range."""
+
+    @abstractmethod
+    def tolerance(self, dtype: str) -> Tolerance:
+        """The error allowed against :meth:`reference` for outputs of ``dtype``."""
+
+    # --- cost and tuning ----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def cost(self, shape: Shape, dtype: str) -> Cost:
+        """FLOPs and minimum bytes of one call (identity 4 for this kernel)."""
+
+    @abstractmethod
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+        """Every config worth trying for ``shape`` on ``card``."""
+
+    @abstractmethod
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+        """A sensible config for this card class without tuning."""
+
+    @abstractmethod
+    def compile_units(self, shape: Shape, dtype: str, config: Config,
+                      backend: str = "triton") -> Sequence[TritonUnit | CudaUnit]:
+        """The launches one call makes, for static compilation (registers, shared memory, occupancy)."""
+
+    def check_config(self, config: Mapping[str, Any], space_keys: Sequence[str]) -> Config:
+        """Refuse a config with unknown keys; fill none in (the caller merges it onto the default)."""
+        unknown = [k for k in config if k not in space_keys]
+        if unknown:
+            raise InvalidValueError(f"{self.name} has no tuning parameter {', '.join(unknown)}",
+                                    f"its parameters are {', '.join(space_keys)}")
+        return dict(config)

@@ -1,0 +1,247 @@
+"""Run one kernel config: static analysis on a named card, a correctness check, and timing on a GPU.
+
+Everything a run reports is labelled: ``cost`` and ``roofline`` are *modelled* from the shape, ``resources``
+and ``occupancy`` are *static* (compiled for the card's target, no GPU needed), ``check`` is the comparison
+with the reference on fresh random inputs, and ``timing`` is *measured* — only on a GPU. Under the Triton
+interpreter there is no timing at all: interpreted speed says nothing about a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from iotrace.cards import Card
+from iotrace.compile_info import Resources, compile_resources
+from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.kernels.backend import device, interpreting
+from iotrace.occupancy import OccupancyResult, occupancy
+from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
+from iotrace.trace.nvtx_ranges import kernel_range
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Check", "Timing", "Roofline", "RunResult", "ConfigError", "run", "resolve_config", "check_outputs",
+           "static_analysis", "INTERPRETER_BUDGET"]
+
+#: Work the Triton interpreter checks in a few seconds on one core, per kernel (elements of the shape's
+#: product): a 256³ GEMM takes about a second interpreted (../shared/reference/env-probe.md, section 1).
+INTERPRETER_BUDGET = {"gemm": 2_000_000, "rmsnorm": 200_000}
+DEFAULT_INTERPRETER_BUDGET = 200_000
+
+
+class ConfigError(IotraceError):
+    """A config that cannot launch on the card (shared memory, registers or threads over the limit)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """The comparison with the reference. ``ran`` is False when no check could run here (``note`` says why)."""
+
+    ran: bool
+    correct: bool | None
+    shape: Shape
+    seed: int | None
+    max_abs_err: float | None = None
+    max_err_over_tolerance: float | None = None
+    where: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Measured on a GPU: the median of repeated launches (L2 flushed between them), and what it implies."""
+
+    median_us: float
+    p20_us: float
+    p80_us: float
+    tflops: float
+    gbps: float
+    pct_of_roofline: float
+    method: str
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Identity 4 for this call on the card: the floor time and which roof sets it (modelled)."""
+
+    peak: str
+    peak_flop_per_s: float
+    bandwidth_bytes_per_s: float
+    intensity: float
+    ridge: float
+    bound: str
+    floor_us: float
+
+
+@dataclass
+class RunResult:
+    kernel: str
+    backend: str
+    dtype: str
+    shape: Shape
+    config: Config
+    card: str
+    mode: str
+    cost: Cost
+    roofline: Roofline
+    resources: list[Resources]
+    occupancy: OccupancyResult
+    waves: float
+    check: Check
+    timing: Timing | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the headline numbers at the top level, the records below them."""
+        main = self.resources[0]
+        out: dict[str, Any] = {
+            "kernel": self.kernel, "backend": self.backend, "dtype": self.dtype, "shape": self.shape,
+            "config": self.config, "card": self.card, "mode": self.mode,
+            "flops": self.cost.flops, "bytes": self.cost.bytes, "intensity": self.cost.intensity,
+            "roofline_floor_us": self.roofline.floor_us, "bound": self.roofline.bound,
+            "registers": main.registers, "shared_mem_bytes": main.shared_mem_bytes, "spills": main.spills,
+            "occupancy_pct": self.occupancy.occupancy_pct, "limiters": list(self.occupancy.limiters),
+            "waves": self.waves, "correct": self.check.correct, "max_abs_err": self.check.max_abs_err,
+            "time_us": self.timing.median_us if self.timing else None,
+            "cost": {**asdict(self.cost), "intensity": self.cost.intensity, "kind": "modelled"},
+            "roofline": {**asdict(self.roofline), "kind": "modelled"},
+            "resources": [{**r.to_dict(), "kind": "static"} for r in self.resources],
+            "occupancy": {**self.occupancy.to_dict(), "kind": "static"},
+            "check": asdict(self.check),
+            "timing": {**asdict(self.timing), "kind": "measured"} if self.timing else None,
+            "notes": self.notes,
+        }
+        return out
+
+
+def resolve_config(spec: KernelSpec, shape: Shape, dtype: str, card: Card, backend: str,
+                   overrides: dict[str, Any] | None = None) -> Config:
+    """The card's default config with ``overrides`` applied; unknown keys are refused."""
+    base = spec.default_config(shape, dtype, card, backend)
+    if overrides:
+        spec.check_config(overrides, list(base))
+        base = {**base, **overrides}
+    return base
+
+
+def _roofline(cost: Cost, card: Card) -> Roofline:
+    peak = card.peak_flop_per_s(cost.peak)
+    bandwidth = card.bandwidth_bytes_per_s
+    floor_s = max(cost.flops / peak, cost.bytes / bandwidth)
+    ridge = peak / bandwidth
+    return Roofline(cost.peak, peak, bandwidth, cost.intensity, ridge,
+                    "memory" if cost.intensity < ridge else "compute", floor_s * 1e6)
+
+
+def static_analysis(spec: KernelSpec, shape: Shape, dtype: str, config: Config, card: Card,
+                    backend: str) -> tuple[list[Resources], OccupancyResult, float]:
+    """Compile for the card's target: resources of every launch, occupancy and waves of the first (the main one)."""
+    units = spec.compile_units(shape, dtype, config, backend)
+    resources = compile_resources(list(units), card.sm_limits.cc)
+    main = resources[0]
+    occ = occupancy(card.sm_limits, main.threads_per_block, main.registers, main.static_smem, main.dynamic_smem,
+                    barriers=main.barriers)
+    if not occ.launchable:
+        raise ConfigError(f"{spec.name} config {config} cannot launch on {card.name}: {occ.reason}",
+                          "pick smaller tiles or fewer stages (see the kernel's space)")
+    blocks = math.prod(main.grid)
+    waves = blocks / (occ.active_blocks_per_sm * card.sm_count)
+    return resources, occ, waves
+
+
+def check_outputs(spec: KernelSpec, dtype: str, outputs: dict[str, torch.Tensor],
+                  expected: dict[str, torch.Tensor]) -> tuple[bool, float, float, str]:
+    """Compare element-wise within the spec's tolerance; NaN (an unwritten poisoned element) always fails."""
+    tol = spec.tolerance(dtype)
+    worst_abs, worst_ratio, where, ok = 0.0, 0.0, "", True
+    for name, ref in expected.items():
+        got = outputs[name].float().cpu()
+        ref = ref.float().cpu()
+        err = (got - ref).abs()
+        allowed = tol.atol + tol.rtol * ref.abs()
+        bad = ~(err <= allowed)  # NaN compares False, so unwritten elements count as bad
+        if bad.any():
+            ok = False
+            index = tuple(int(i) for i in bad.nonzero()[0])
+            where = where or f"{name}{list(index)}: got {got[index].item():.6g}, expected {ref[index].item():.6g}"
+        finite = err[~err.isnan()]
+        if finite.numel():
+            worst_abs = max(worst_abs, finite.max().item())
+            worst_ratio = max(worst_ratio, (finite / allowed[~err.isnan()]).max().item())
+        if err.isnan().any():
+            worst_abs = worst_ratio = math.inf
+    return ok, worst_abs, worst_ratio, where
+
+
+def _check(spec: KernelSpec, shape: Shape, dtype: str, config: Config, backend: str, seed: int,
+           budget: int) -> tuple[Check, dict | None, dict | None]:
+    import torch
+
+    if interpreting() and backend != "triton":
+        return Check(False, None, shape, None, note=f"the {backend} backend needs a GPU; no check ran here"), None, None
+    checked = spec.reduce_shape(shape, budget) if interpreting() else shape
+    inputs = spec.make_inputs(checked, dtype, device(), seed)
+    outputs = spec.make_outputs(inputs)
+    for out in outputs.values():
+        out.fill_(math.nan) if out.is_floating_point() else out.fill_(-1)  # poison: unwritten elements show up
+    with kernel_range(spec.name, config):
+        spec.launch(inputs, outputs, config, backend)
+    if not interpreting():
+        torch.cuda.synchronize()
+    ok, worst_abs, ratio, where = check_outputs(spec, dtype, outputs, spec.reference(inputs))
+    note = "" if checked == shape else (f"interpreted on a reduced shape {checked}: the full shape would take too "
+                                        "long under the Triton interpreter")
+    return Check(True, ok, checked, seed, worst_abs, ratio, where, note), inputs, outputs
+
+
+def _time(spec: KernelSpec, inputs: dict, outputs: dict, config: Config, backend: str, cost: Cost,
+          roofline: Roofline) -> Timing:
+    """Median time on the GPU with triton.testing (L2 flushed between runs); CUDA graphs for short kernels."""
+    import triton.testing
+
+    def call() -> None:
+        with kernel_range(spec.name, config):
+            spec.launch(inputs, outputs, config, backend)
+
+    quantiles = [0.5, 0.2, 0.8]
+    median, p20, p80 = triton.testing.do_bench(call, quantiles=quantiles)
+    method = "triton.testing.do_bench (L2 flushed, median)"
+    if median < 0.05:  # under 50 µs launch overhead matters: replay a CUDA graph instead
+        median, p20, p80 = triton.testing.do_bench_cudagraph(call, quantiles=quantiles)
+        method = "triton.testing.do_bench_cudagraph (median)"
+    seconds = median * 1e-3
+    return Timing(median * 1e3, p20 * 1e3, p80 * 1e3, cost.flops / seconds / 1e12, cost.bytes / seconds / 1e9,
+                  100.0 * roofline.floor_us / (median * 1e3), method)
+
+
+def run(spec: KernelSpec, shape: Shape, dtype: str, card: Card, *, backend: str = "triton",
+        config: Config | None = None, check: bool = True, seed: int | None = None) -> RunResult:
+    """Analyse, check and (on a GPU) time one config of ``spec`` on ``card``."""
+    if backend not in spec.backends:
+        raise InvalidValueError(f"{spec.name} has no {backend!r} backend", f"use one of {', '.join(spec.backends)}")
+    shape = spec.check_shape(shape)
+    spec.check_dtype(dtype)
+    config = config if config is not None else resolve_config(spec, shape, dtype, card, backend)
+    cost = spec.cost(shape, dtype)
+    roofline = _roofline(cost, card)
+    resources, occ, waves = static_analysis(spec, shape, dtype, config, card, backend)
+    mode = "interpreter" if interpreting() else "gpu"
+    seed = secrets.randbits(31) if seed is None else seed
+    notes = []
+    timing = None
+    if check:
+        budget = INTERPRETER_BUDGET.get(spec.name, DEFAULT_INTERPRETER_BUDGET)
+        result, inputs, outputs = _check(spec, shape, dtype, config, backend, seed, budget)
+        if mode == "gpu" and inputs is not None:
+            timing = _time(spec, inputs, outputs, config, backend, cost, roofline)
+    else:
+        result = Check(False, None, shape, None, note="check skipped (--no-check)")
+    if mode == "interpreter":
+        notes.append("Triton interpreter on the CPU: correctness only, no timing (interpreted speed says nothing "
+                     "about a GPU).")
+    return RunResult(spec.name, backend, dtype, shape, config, card.key, mode, cost, roofline, resources, occ,
+                     waves, result, timing, notes)

@@ -1,0 +1,1 @@
+"""Trace-side helpers. Importing this package imports nothing heavy."""
