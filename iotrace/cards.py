@@ -48,7 +48,7 @@ class Card:
     vendor: str
     architecture: str
     sm_count: int
-    memory_bandwidth_gbs: float
+    memory_bandwidth_gbs: float | None
     memory_gb: float
     peak_tflops: dict[str, float]
     cc: str | None = None
@@ -64,11 +64,15 @@ class Card:
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
+        if self.memory_bandwidth_gbs is None:
+            raise InvalidValueError(f"{self.name} has no memory bandwidth on record ({self.origin} card)",
+                                    "pass --bandwidth-gbs, or name a CardBook card with --card")
         return self.memory_bandwidth_gbs * 1e9
 
     @property
     def memory_bytes(self) -> float:
-        return self.memory_gb * 1e9
+        """Device memory in bytes: vendors' "80 GB" of HBM or GDDR is 80 GiB (a driver reports 2^30-byte units)."""
+        return self.memory_gb * 2**30
 
     def peak_flop_per_s(self, precision: str) -> float:
         """Dense peak of ``precision`` (a key of :data:`PRECISIONS`) in FLOP/s (OP/s for int8)."""
@@ -185,26 +189,32 @@ def lookup(name: str) -> Card:
 
 
 def _local_device() -> dict[str, Any] | None:
-    """Name, CC, SM count and memory of GPU 0 from torch.cuda or CuPy, or None when neither sees one."""
+    """Name, vendor, CC, SM count and memory of GPU 0 from torch.cuda or CuPy, or None when neither sees one."""
     try:
         import torch
 
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
-            return {"name": props.name, "cc": f"{props.major}.{props.minor}",
-                    "sm_count": props.multi_processor_count, "memory_bytes": props.total_memory}
+            return {"name": props.name, "cc": f"{props.major}.{props.minor}", "sm_count": props.multi_processor_count,
+                    "memory_bytes": props.total_memory, "vendor": "amd" if torch.version.hip else "nvidia"}
     except ImportError:
         pass
+    except Exception as exc:  # a broken driver or runtime: say what it said instead of a traceback
+        raise NoGpuError(f"torch.cuda could not query GPU 0 ({exc})",
+                         f"check the driver with nvidia-smi, or name a card with --card / {ENV_CARD}") from exc
     try:
         import cupy
 
         if cupy.is_available():
             props = cupy.cuda.runtime.getDeviceProperties(0)
             name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-            return {"name": name, "cc": f"{props['major']}.{props['minor']}",
-                    "sm_count": props["multiProcessorCount"], "memory_bytes": props["totalGlobalMem"]}
+            return {"name": name, "cc": f"{props['major']}.{props['minor']}", "sm_count": props["multiProcessorCount"],
+                    "memory_bytes": props["totalGlobalMem"], "vendor": "nvidia"}
     except ImportError:
         pass
+    except Exception as exc:
+        raise NoGpuError(f"CuPy could not query GPU 0 ({exc})",
+                         f"check the driver with nvidia-smi, or name a card with --card / {ENV_CARD}") from exc
     return None
 
 
@@ -212,11 +222,13 @@ def detect(name: str | None = None) -> Card:
     """The card to use: ``name`` if given, else ``$IOTRACE_CARD``, else the local GPU.
 
     A local GPU that the CardBook does not know still gives a card (name, CC, SMs, memory from the driver)
-    with no peak figures, marked ``origin="detected"``.
+    with no peaks and no bandwidth, marked ``origin="detected"``.
     """
-    chosen = name or os.environ.get(ENV_CARD)
-    if chosen:
+    chosen = name if name is not None else os.environ.get(ENV_CARD)
+    if chosen is not None and chosen != "":
         return lookup(chosen)
+    if name is not None:  # an explicit empty name
+        return lookup(name)
     device = _local_device()
     if device is None:
         raise NoGpuError("no GPU found (torch.cuda and CuPy see none) and no card was named",
@@ -224,8 +236,9 @@ def detect(name: str | None = None) -> Card:
     try:
         return lookup(device["name"])
     except UnknownCardError:
-        return Card(key=_normalise(device["name"]), name=device["name"], vendor="nvidia", architecture="unknown",
-                    sm_count=device["sm_count"], memory_bandwidth_gbs=float("nan"),
-                    memory_gb=device["memory_bytes"] / 1e9, peak_tflops={}, cc=device["cc"],
-                    sources={"default": "driver"}, origin="detected",
+        return Card(key=_normalise(device["name"]) or "local-gpu", name=device["name"], vendor=device["vendor"],
+                    architecture="unknown", sm_count=device["sm_count"], memory_bandwidth_gbs=None,
+                    memory_gb=device["memory_bytes"] / 2**30, peak_tflops={},
+                    cc=device["cc"] if device["vendor"] == "nvidia" else None, sources={"default": "driver"},
+                    origin="detected",
                     citations={"driver": "the local driver's device properties (not in the CardBook: peaks unknown)"})

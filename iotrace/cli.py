@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -38,11 +39,15 @@ def number(text: str) -> float:
     """
     match = _NUMBER.match(text.strip().lower())
     if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 27e9, 27B, 0.5)")
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number (e.g. 27e9, 27B, 0.5)")
     value = float(match.group(1)) * _SI[match.group(2)]
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
+
+
+#: The largest whole number a flag takes: beyond 2^53 a float cannot hold every integer.
+MAX_COUNT = 2**53
 
 
 def count(text: str) -> int:
@@ -50,9 +55,12 @@ def count(text: str) -> int:
     cleaned = text.strip().lower()
     scale = 1024 if cleaned.endswith("k") else 1
     body = cleaned[:-1] if scale == 1024 else cleaned
-    if not re.fullmatch(r"-?[0-9]+", body):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 256, 8k)")
-    return int(body) * scale
+    if not re.fullmatch(r"-?[0-9]{1,20}", body):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number (e.g. 256, 8k)")
+    value = int(body) * scale
+    if abs(value) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r} is larger than any real count (at most 2^53)")
+    return value
 
 
 def bits(text: str) -> float:
@@ -208,9 +216,10 @@ def _mapping(text: str) -> dict[str, int | bool]:
 
 
 def _add_occupancy_args(occ: argparse.ArgumentParser) -> None:
-    target = occ.add_mutually_exclusive_group(required=True)
+    target = occ.add_mutually_exclusive_group()
     target.add_argument("--cc", help="compute capability, e.g. 8.6, 90, sm_120")
-    target.add_argument("--card", metavar="NAME", help="a CardBook card; its compute capability is used")
+    target.add_argument("--card", metavar="NAME",
+                        help="a CardBook card; its compute capability is used (neither: $IOTRACE_CARD, then GPU 0)")
     occ.add_argument("--threads", type=count, required=True, help="threads per block (1..1024)")
     occ.add_argument("--regs", type=count, required=True, help="registers per thread (0..255)")
     occ.add_argument("--smem-static", type=count, default=0, metavar="BYTES", help="static shared memory per block")
@@ -245,9 +254,9 @@ def _version() -> str:
 
 
 def _console():
-    from rich.console import Console
+    from iotrace.console import make_console
 
-    return Console(highlight=False)
+    return make_console()
 
 
 def _emit(args: argparse.Namespace, data: Any, draw: Callable[[], None]) -> None:
@@ -263,10 +272,15 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def _card_or_none(name: str | None):
-    from iotrace.cards import lookup
+def _card_or_none(name: str | None, needed: bool = True):
+    """The card named by --card; without one, $IOTRACE_CARD or the local GPU when the answer needs a card."""
+    from iotrace.cards import ENV_CARD, detect, lookup
 
-    return lookup(name) if name else None
+    if name is not None:
+        return lookup(name)
+    if os.environ.get(ENV_CARD) or needed:
+        return detect()
+    return None
 
 
 def _model_field(args: argparse.Namespace, field: str, given: Any) -> Any:
@@ -306,7 +320,8 @@ def _cmd_decode(args: argparse.Namespace) -> None:
     from iotrace.derivations import decode
 
     params = _model_field(args, "params", args.params)
-    _show(args, decode(params, None if args.bits is None else args.bits / 8, card=_card_or_none(args.card),
+    _show(args, decode(params, None if args.bits is None else args.bits / 8,
+                       card=_card_or_none(args.card, needed=args.bandwidth_gbs is None),
                        bandwidth_gbs=args.bandwidth_gbs, tokens_per_s=args.tokens_per_s))
 
 
@@ -314,7 +329,8 @@ def _cmd_prefill(args: argparse.Namespace) -> None:
     from iotrace.derivations import prefill
 
     params = _model_field(args, "params", args.params)
-    _show(args, prefill(params, args.tokens, card=_card_or_none(args.card), precision=args.precision,
+    _show(args, prefill(params, args.tokens, card=_card_or_none(args.card, needed=args.peak_tflops is None),
+                        precision=args.precision,
                         peak_tflops=args.peak_tflops))
 
 
@@ -326,15 +342,19 @@ def _cmd_kv(args: argparse.Namespace) -> None:
     head_dim = _model_field(args, "head_dim", args.head_dim)
     weight_bytes = 0.0
     if args.weight_bits is not None:
+        if args.model is None or args.card is None:
+            raise InvalidValueError("--weight-bits needs --model (for the parameter count) and --card (for memory)",
+                                    "e.g. --model llama-3-8b --card h200 --weight-bits 16")
         weight_bytes = _model_field(args, "params", None) * args.weight_bits / 8
     _show(args, kv_cache(layers, kv_heads, head_dim, args.tokens, args.bits / 8, batch=args.batch,
-                         card=_card_or_none(args.card), weight_bytes=weight_bytes))
+                         card=_card_or_none(args.card, needed=False), weight_bytes=weight_bytes))
 
 
 def _cmd_roofline(args: argparse.Namespace) -> None:
     from iotrace.derivations import roofline
 
-    _show(args, roofline(args.flops, args.bytes, card=_card_or_none(args.card), precision=args.precision,
+    needed = args.peak_tflops is None or args.bandwidth_gbs is None
+    _show(args, roofline(args.flops, args.bytes, card=_card_or_none(args.card, needed), precision=args.precision,
                          peak_tflops=args.peak_tflops, bandwidth_gbs=args.bandwidth_gbs))
 
 
@@ -348,7 +368,7 @@ def _cmd_occupancy(args: argparse.Namespace) -> None:
     from iotrace.console import print_occupancy
     from iotrace.occupancy import curve_block_size, curve_registers, curve_shared_mem, occupancy
 
-    cc = args.cc if args.cc else _card_or_none(args.card).sm_limits
+    cc = args.cc if args.cc is not None else _card_or_none(args.card).sm_limits
     result = occupancy(cc, args.threads, args.regs, args.smem_static, args.smem_dynamic,
                        smem_reserved=args.smem_reserved, carveout_pct=args.carveout_pct,
                        smem_config=args.smem_config, barriers=args.barriers, smem_optin=not args.no_optin)
@@ -409,8 +429,6 @@ def _cmd_run(args: argparse.Namespace) -> None:
     shape = spec.check_shape(shape)
     dtype = spec.check_dtype(args.dtype or spec.dtypes[0])
     card = detect(args.card)
-    if args.backend not in spec.backends:
-        raise InvalidValueError(f"{spec.name} has no {args.backend!r} backend", f"use one of {', '.join(spec.backends)}")
     config = resolve_config(spec, shape, dtype, card, args.backend, args.config)
     result = run(spec, shape, dtype, card, backend=args.backend, config=config, check=not args.no_check,
                  seed=args.seed)
@@ -439,8 +457,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"iotrace: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # `iotrace cards | head`: the reader left; not an error of ours or theirs
+        _silence_stdout()
         return 0
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
     return 0
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout again at exit; point it at /dev/null so that flush cannot fail a second time.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

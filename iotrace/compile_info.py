@@ -35,7 +35,7 @@ from iotrace.errors import IotraceError
 from iotrace.plugins.spec import CudaUnit, TritonUnit
 from iotrace.sm_limits import parse_cc
 
-__all__ = ["Resources", "CompileError", "ToolMissingError", "compile_resources", "parse_ptxas_log", "cache_dir"]
+__all__ = ["CompileError", "Resources", "ToolMissingError", "cache_dir", "compile_resources", "parse_ptxas_log"]
 
 
 class CompileError(IotraceError):

@@ -18,6 +18,18 @@ from iotrace.occupancy import LIMIT_NAMES, OccupancyResult
 __all__ = ["print_card", "print_cards", "print_derivation", "print_occupancy"]
 
 
+class _PipeSafeConsole(Console):
+    """A console that lets a closed pipe (``iotrace cards | head``) end the command quietly, not with exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def make_console() -> Console:
+    return _PipeSafeConsole(highlight=False)
+
+
 def _opt(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else num(value, digits)
 
@@ -100,8 +112,8 @@ def print_occupancy(console: Console, r: OccupancyResult) -> None:
         mark = "◀ binds" if name in r.limiters else ("not used" if name in r.unlimited else "")
         table.add_row(name, str(r.limits[name]), mark)
     console.print(table)
-    console.print(f"  → {r.active_blocks_per_sm} blocks × {r.warps_per_block} warps = {r.active_warps_per_sm} "
-                  f"of {r.max_warps_per_sm} warps")
+    for step in r.steps:
+        console.print(f"  → {step}")
     console.print(f"  [bold green]occupancy = {num(r.occupancy_pct, 4)} %[/bold green]   limited by "
                   f"{', '.join(r.limiters) or '—'}")
     if r.reason:
@@ -140,9 +152,9 @@ def print_run(console: Console, result, card: Card) -> None:
     cost, roof = result.cost, result.roofline
     console.print(f"  cost [dim](modelled)[/dim]: {num(cost.flops)} FLOP, {num(cost.bytes)} B, "
                   f"I = {num(cost.intensity)} FLOP/B   [dim]{cost.formula}[/dim]")
-    console.print(f"  roofline [dim](modelled)[/dim]: {roof.bound}-bound on {card.key} (ridge {num(roof.ridge)} FLOP/B, "
-                  f"{roof.peak} {num(roof.peak_flop_per_s / 1e12)} TFLOP/s, {num(roof.bandwidth_bytes_per_s / 1e9)} GB/s)"
-                  f" → floor {num(roof.floor_us)} µs")
+    console.print(f"  roofline [dim](modelled)[/dim]: {roof.bound}-bound on {card.key} "
+                  f"(ridge {num(roof.ridge)} FLOP/B, {roof.peak} {num(roof.peak_flop_per_s / 1e12)} TFLOP/s, "
+                  f"{num(roof.bandwidth_bytes_per_s / 1e9)} GB/s) → floor {num(roof.floor_us)} µs")
     for res in result.resources:
         console.print(f"  resources [dim](static, {res.compiler} for {res.target})[/dim]: {res.kernel}: "
                       f"{res.registers} registers, {res.shared_mem_bytes} B shared memory, "

@@ -7,6 +7,7 @@ measured, and says so.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from iotrace import identities as ident
@@ -58,9 +59,18 @@ class Derivation:
         return asdict(self)
 
 
+def _finite(what: str, value: float) -> float:
+    """Refuse a result that overflowed or vanished: the inputs were outside any real machine or model."""
+    if not math.isfinite(value) or value == 0:
+        raise InvalidValueError(f"the {what} comes out as {value:g}: the inputs are outside any real card or model",
+                                "check the magnitudes (e.g. --params 27e9, not 27e99)")
+    return value
+
+
 def _bandwidth(card: Card | None, bandwidth_gbs: float | None) -> Quantity:
     if bandwidth_gbs is not None:
-        return Quantity("B", bandwidth_gbs * 1e9, "B/s", "memory bandwidth", "given")
+        return Quantity("B", _finite("bandwidth (--bandwidth-gbs)", bandwidth_gbs * 1e9), "B/s",
+                        "memory bandwidth", "given")
     if card is None:
         raise InvalidValueError("no memory bandwidth: neither a card nor --bandwidth-gbs was given",
                                 "pass --card NAME or --bandwidth-gbs N")
@@ -70,7 +80,8 @@ def _bandwidth(card: Card | None, bandwidth_gbs: float | None) -> Quantity:
 
 def _peak(card: Card | None, precision: str, peak_tflops: float | None) -> Quantity:
     if peak_tflops is not None:
-        return Quantity("P", peak_tflops * 1e12, "FLOP/s", f"peak {precision}", "given")
+        return Quantity("P", _finite("peak (--peak-tflops)", peak_tflops * 1e12), "FLOP/s", f"peak {precision}",
+                        "given")
     if card is None:
         raise InvalidValueError("no peak FLOP/s: neither a card nor --peak-tflops was given",
                                 "pass --card NAME or --peak-tflops N")
@@ -86,7 +97,7 @@ def decode(params: float, bytes_per_weight: float | None, *, card: Card | None =
     formula = "tok/s ≈ B / (N · q)"
     notes = ["Upper bound at batch 1: every token reads every weight once; KV-cache and activation reads come on top."]
     if tokens_per_s is not None:
-        q_value = ident.decode_bytes_per_weight_for(tokens_per_s, b.value, params)
+        q_value = _finite("bytes per weight", ident.decode_bytes_per_weight_for(tokens_per_s, b.value, params))
         t = Quantity("tok/s", tokens_per_s, "tok/s", "target decode rate", "given")
         result = Quantity("q", q_value, "B/weight", "bytes per weight that reach the target")
         steps = [f"q = B / (N · tok/s) = {num(b.value)} / ({num(params)} × {num(tokens_per_s)}) "
@@ -97,7 +108,7 @@ def decode(params: float, bytes_per_weight: float | None, *, card: Card | None =
         raise InvalidValueError("decode needs --bits (or --bytes-per-weight), or --tokens-per-s to solve for q",
                                 "e.g. iotrace math decode --card rtx3090 --params 27e9 --bits 4")
     q = Quantity("q", bytes_per_weight, "B/weight", f"bytes per weight ({num(bytes_per_weight * 8)} bits)", "given")
-    rate = ident.decode_tokens_per_s(b.value, params, bytes_per_weight)
+    rate = _finite("decode rate", ident.decode_tokens_per_s(b.value, params, bytes_per_weight))
     steps = [f"tok/s ≈ {num(b.value)} / ({num(params)} × {num(bytes_per_weight)}) = {num(rate)} tok/s"]
     also = [Quantity("weights", params * bytes_per_weight, "B", "bytes read per token"),
             Quantity("ms/tok", 1e3 / rate, "ms", "time per token at the wall")]
@@ -109,8 +120,8 @@ def prefill(params: float, tokens: float, *, card: Card | None = None, precision
             peak_tflops: float | None = None) -> Derivation:
     """Identity 2: prefill FLOPs for S tokens, the compute-bound rate and the time at peak."""
     p = _peak(card, precision, peak_tflops)
-    flops = ident.prefill_flops(params, tokens)
-    rate = ident.prefill_tokens_per_s(p.value, params)
+    flops = _finite("prefill work", ident.prefill_flops(params, tokens))
+    rate = _finite("prefill rate", ident.prefill_tokens_per_s(p.value, params))
     steps = [f"FLOPs ≈ 2 × {num(params)} × {num(tokens)} = {num(flops)}",
              f"tok/s ≈ {num(p.value)} / (2 × {num(params)}) = {num(rate)} tok/s",
              f"time ≥ FLOPs / P = {num(flops)} / {num(p.value)} = {num(flops / p.value * 1e3)} ms"]
@@ -126,7 +137,7 @@ def prefill(params: float, tokens: float, *, card: Card | None = None, precision
 def kv_cache(layers: int, kv_heads: int, head_dim: int, tokens: float, bytes_per_value: float, *, batch: int = 1,
              card: Card | None = None, weight_bytes: float = 0.0) -> Derivation:
     """Identity 3: KV-cache bytes, and with a card, the context that fits beside the weights."""
-    total = ident.kv_cache_bytes(layers, kv_heads, head_dim, tokens, bytes_per_value, batch)
+    total = _finite("KV-cache size", ident.kv_cache_bytes(layers, kv_heads, head_dim, tokens, bytes_per_value, batch))
     per_token = ident.kv_cache_bytes(layers, kv_heads, head_dim, 1, bytes_per_value, 1)
     steps = [f"bytes = 2 × {layers} × {kv_heads} × {head_dim} × {num(tokens)} × {num(bytes_per_value)}"
              + (f" × {batch}" if batch != 1 else "") + f" = {num(total)} B ({num(total / 1e9)} GB)"]
@@ -137,11 +148,15 @@ def kv_cache(layers: int, kv_heads: int, head_dim: int, tokens: float, bytes_per
     notes = []
     if card is not None:
         free = card.memory_bytes - weight_bytes
+        if free <= 0:
+            raise InvalidValueError(f"the weights ({num(weight_bytes / 2**30)} GiB) do not fit in {card.name}'s "
+                                    f"{num(card.memory_gb)} GiB, so no context fits beside them",
+                                    "use fewer --weight-bits or a larger card")
         fits = ident.kv_cache_max_tokens(max(free, 0.0), layers, kv_heads, head_dim, bytes_per_value, batch)
         steps.append(f"context that fits = ({num(card.memory_bytes)} − {num(weight_bytes)}) / "
                      f"({num(per_token)} × {batch}) = {fits} tokens per sequence")
         also += [Quantity("fits", fits, "tokens", f"context per sequence that fits in {card.name}'s memory"),
-                 Quantity("share", total / card.memory_bytes, "", f"share of {card.name}'s {num(card.memory_gb)} GB")]
+                 Quantity("share", total / card.memory_bytes, "", f"share of {card.name}'s {num(card.memory_gb)} GiB")]
         notes.append("'fits' ignores activations, allocator slack and the runtime's own memory.")
     return Derivation("KV cache (identity 3)", "bytes = 2 · L · n_kv · d_h · S · q_kv", inputs, steps,
                       Quantity("bytes", total, "B", "KV-cache size"), also, notes)
@@ -152,7 +167,7 @@ def roofline(flops: float, bytes_moved: float, *, card: Card | None = None, prec
     """Identity 4: intensity, ridge, attainable FLOP/s, the bound and the minimum time."""
     p = _peak(card, precision, peak_tflops)
     b = _bandwidth(card, bandwidth_gbs)
-    intensity = ident.arithmetic_intensity(flops, bytes_moved)
+    intensity = _finite("intensity", ident.arithmetic_intensity(flops, bytes_moved))
     ridge = ident.ridge_intensity(p.value, b.value)
     attainable = ident.attainable_flop_per_s(intensity, p.value, b.value)
     bound = ident.roofline_bound(intensity, p.value, b.value)
@@ -180,7 +195,7 @@ def speculation(alpha: float, gamma: int, draft_cost: float | None = None) -> De
               Quantity("γ", gamma, "", "draft tokens per step", "given")]
     also = []
     if draft_cost is not None:
-        speedup = ident.spec_speedup(alpha, gamma, draft_cost)
+        speedup = _finite("speedup", ident.spec_speedup(alpha, gamma, draft_cost))
         inputs.append(Quantity("c", draft_cost, "", "draft step time / target step time", "given"))
         steps.append(f"speedup = E / (γ · c + 1) = {num(expected)} / ({gamma} × {num(draft_cost)} + 1) "
                      f"= {num(speedup)}×")

@@ -37,17 +37,26 @@ __all__ = [
 
 
 def _shown(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
+        return f"an integer of {len(str(abs(value)))} digits"
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
 
 
+def _is_finite(value: object) -> bool:
+    try:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    except (OverflowError, TypeError):  # an int too large for a float
+        return False
+
+
 def _positive(name: str, value: float) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not _is_finite(value) or value <= 0:
         raise InvalidValueError(f"{name}={_shown(value)} must be a positive finite number", f"give {name} > 0")
     return float(value)
 
 
 def _non_negative(name: str, value: float) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not _is_finite(value) or value < 0:
         raise InvalidValueError(f"{name}={_shown(value)} must be a finite number >= 0", f"give {name} >= 0")
     return float(value)
 
@@ -135,12 +144,16 @@ def roofline_bound(intensity: float, peak_flop_per_s: float, bandwidth_bytes_per
 
 # --- 5. speculation -----------------------------------------------------------------------------------
 
+#: Draft lengths beyond this are no speculative decoding anyone runs; the bound keeps α^(γ+1) computable.
+MAX_DRAFT_TOKENS = 1024
+
 
 def _acceptance(alpha: float, gamma: int) -> tuple[float, int]:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
         raise InvalidValueError(f"alpha={_shown(alpha)} must be an acceptance rate between 0 and 1", "e.g. --alpha 0.8")
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise InvalidValueError(f"gamma={_shown(gamma)} must be a whole number of draft tokens >= 1", "e.g. --gamma 4")
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= MAX_DRAFT_TOKENS:
+        raise InvalidValueError(f"gamma={_shown(gamma)} must be a whole number of draft tokens from 1 to "
+                                f"{MAX_DRAFT_TOKENS}", "e.g. --gamma 4")
     return float(alpha), gamma
 
 

@@ -69,6 +69,7 @@ class OccupancyResult:
     allocated_registers_per_block: int
     allocated_smem_per_block: int
     reason: str
+    steps: tuple[str, ...] = ()
 
     @property
     def launchable(self) -> bool:
@@ -78,6 +79,7 @@ class OccupancyResult:
         out = asdict(self)
         out["limiters"] = list(self.limiters)
         out["unlimited"] = list(self.unlimited)
+        out["steps"] = list(self.steps)
         out["launchable"] = self.launchable
         return out
 
@@ -204,14 +206,17 @@ def occupancy(
 
     # Shared memory: the driver's reserve is part of every block's allocation.
     smem_block = _round_up(static + reserved + dynamic, limits.smem_alloc_unit)
-    smem_block_limit = (limits.smem_per_block_optin if smem_optin else limits.smem_per_block) + reserved
+    # From CC 8.0 the driver's reserve comes on top of the per-block limit (cudaOccSMemPerBlock).
+    smem_block_limit = ((limits.smem_per_block_optin if smem_optin else limits.smem_per_block)
+                        + (reserved if limits.cc[0] >= 8 else 0))
     preferred = _preferred_smem_per_sm(limits, carveout_pct, smem_config)
-    if smem_block > smem_block_limit:
+    largest = limits.carveouts_kb[-1] * 1024
+    if smem_block > smem_block_limit or smem_block > largest:
         raw["shared_mem"] = 0
         smem_sm = preferred
-        reason = reason or (f"{smem_block} bytes of shared memory per block exceed the opt-in limit of "
-                            f"{smem_block_limit} bytes on CC {limits.cc_str}"
-                            + ("" if smem_optin else " without opt-in"))
+        reason = reason or (f"{smem_block} bytes of shared memory per block exceed the "
+                            f"{'opt-in ' if smem_optin else ''}limit of {min(smem_block_limit, largest)} bytes on "
+                            f"CC {limits.cc_str}" + ("" if smem_optin else " without opt-in"))
     else:
         # A carveout too small for one block is raised to the next size that fits (Volta and later).
         smem_sm = preferred if preferred >= smem_block else _align_to_carveout(limits, smem_block)
@@ -231,6 +236,28 @@ def occupancy(
         reason = "no block fits on an SM"
     active_warps = active * warps_per_block
     unlimited = tuple(name for name in LIMIT_NAMES if raw[name] is None)
+    steps = [
+        f"warps: ceil({threads} / {limits.warp_size}) = {warps_per_block} warps per block; "
+        f"{limits.max_warps_per_sm} // {warps_per_block} = {raw['warps']} blocks",
+        f"registers: ceil({regs} × {limits.warp_size} / {limits.reg_alloc_unit}) × {limits.reg_alloc_unit} = "
+        f"{regs_per_warp} per warp; " + (
+            "none used: no limit" if raw["registers"] is None else
+            "over the per-block file: 0 blocks" if raw["registers"] == 0 else
+            f"({limits.regs_per_sm} / {limits.sub_partitions}) // {regs_per_warp} = "
+            f"{(limits.regs_per_sm // limits.sub_partitions) // regs_per_warp} warps per sub-partition × "
+            f"{limits.sub_partitions} // {warps_per_block} = {raw['registers']} blocks"),
+        f"shared memory: ceil(({static} + {reserved} + {dynamic}) / {limits.smem_alloc_unit}) × "
+        f"{limits.smem_alloc_unit} = {smem_block} B per block; " + (
+            "none used: no limit" if raw["shared_mem"] is None else
+            f"over the limit of {min(smem_block_limit, largest)} B: 0 blocks" if raw["shared_mem"] == 0 else
+            f"{smem_sm} B carveout // {smem_block} = {raw['shared_mem']} blocks"),
+        f"blocks: {block_slots} slots per SM (CC {limits.cc_str})",
+        "barriers: " + ("no limit before CC 9.0 or without barriers" if raw["barriers"] is None else
+                        f"{limits.barrier_slots_per_block_slot} × {block_slots} // {barriers} = {raw['barriers']} "
+                        "blocks"),
+        f"active = min(...) = {active} blocks × {warps_per_block} warps = {active_warps} of "
+        f"{limits.max_warps_per_sm} warps = {100.0 * active_warps / limits.max_warps_per_sm:.4g} %",
+    ]
     return OccupancyResult(
         cc=limits.cc_str,
         threads_per_block=threads,
@@ -252,6 +279,7 @@ def occupancy(
         allocated_registers_per_block=regs_per_block,
         allocated_smem_per_block=smem_block,
         reason=reason,
+        steps=tuple(steps),
     )
 
 
@@ -286,7 +314,7 @@ def curve_shared_mem(base: OccupancyResult, step: int | None = None) -> list[Cur
     """
     limits = sm_limits(base.cc)
     step = step or limits.smem_alloc_unit * 4
-    top = limits.smem_per_block_optin + base.smem_reserved
+    top = min(limits.smem_per_block_optin + base.smem_reserved, limits.carveouts_kb[-1] * 1024)
     return [_point(s, _rerun(base, smem_static=max(s - base.smem_reserved, 0), smem_dynamic=0))
             for s in range(0, top + 1, step)]
 

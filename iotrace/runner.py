@@ -24,8 +24,18 @@ from iotrace.trace.nvtx_ranges import kernel_range
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Check", "Timing", "Roofline", "RunResult", "ConfigError", "run", "resolve_config", "check_outputs",
-           "static_analysis", "INTERPRETER_BUDGET"]
+__all__ = [
+    "INTERPRETER_BUDGET",
+    "Check",
+    "ConfigError",
+    "Roofline",
+    "RunResult",
+    "Timing",
+    "check_outputs",
+    "resolve_config",
+    "run",
+    "static_analysis",
+]
 
 #: Work the Triton interpreter checks in a few seconds on one core, per kernel (elements of the shape's
 #: product): a 256³ GEMM takes about a second interpreted (../shared/reference/env-probe.md, section 1).

@@ -36,20 +36,23 @@ def run_tour(console: Console, card_name: str) -> None:
     print_derivation(console, derivations.decode(TOUR_PARAMS, TOUR_BITS / 8, card=card))
 
     console.print(Rule(f"3. Prefill is compute-bound: {llama.name}, 2048-token prompt"))
-    precision = "bf16_tensor" if "bf16_tensor" in card.peak_tflops else "fp16_tensor"
+    # The best 16-bit peak the card has: tensor cores where it has them (bf16 from Ampere), else plain FP32.
+    precision = next(p for p in ("bf16_tensor", "fp16_tensor", "fp32") if p in card.peak_tflops)
     print_derivation(console, derivations.prefill(llama.params, 2048, card=card, precision=precision))
 
     console.print(Rule(f"4. Long context is a KV tax: {llama.name} at 8192 tokens, fp16"))
-    print_derivation(console, derivations.kv_cache(llama.layers, llama.kv_heads, llama.head_dim, 8192, 2,
-                                                   card=card, weight_bytes=llama.params * 2))
+    weights = llama.params * 2  # fp16 weights, when the card holds them at all
+    print_derivation(console, derivations.kv_cache(llama.layers, llama.kv_heads, llama.head_dim, 8192, 2, card=card,
+                                                   weight_bytes=weights if weights < card.memory_bytes else 0.0))
 
     console.print(Rule(f"5. Roofline: a {GEMM}³ fp16 GEMM and a batch-1 GEMV on {card.name}"))
     gemm_flops = 2.0 * GEMM**3
     gemm_bytes = 2.0 * 3 * GEMM * GEMM  # read A and B, write C, fp16
-    print_derivation(console, derivations.roofline(gemm_flops, gemm_bytes, card=card, precision="fp16_tensor"))
+    gemm_peak = "fp16_tensor" if "fp16_tensor" in card.peak_tflops else "fp32"
+    print_derivation(console, derivations.roofline(gemm_flops, gemm_bytes, card=card, precision=gemm_peak))
     gemv_flops = 2.0 * GEMM * GEMM
     gemv_bytes = 2.0 * (GEMM * GEMM + 2 * GEMM)  # the weight matrix dominates
-    print_derivation(console, derivations.roofline(gemv_flops, gemv_bytes, card=card, precision="fp16_tensor"))
+    print_derivation(console, derivations.roofline(gemv_flops, gemv_bytes, card=card, precision=gemm_peak))
 
     console.print(Rule("6. Speculation is an expected value: α = 0.8, γ = 4, draft at 5% of the target's cost"))
     print_derivation(console, derivations.speculation(0.8, 4, 0.05))

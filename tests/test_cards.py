@@ -81,6 +81,31 @@ def test_fp32_peak_is_sms_times_lanes_times_clock() -> None:
         assert card.peak_tflops["fp32"] == pytest.approx(expected, rel=0.05), f"{card.key} ({card.chip})"
 
 
+def _ratio(card, a: str, b: str) -> float | None:
+    peaks = card.peak_tflops
+    return peaks[a] / peaks[b] if a in peaks and b in peaks else None
+
+
+def test_tensor_peaks_keep_their_architectural_ratios() -> None:
+    """Dense figures with FP32 accumulation keep fixed ratios on every card since Ampere: a sparse figure, or a
+    GeForce FP16-accumulate figure, breaks them (whitepapers' tensor throughput tables). 3% covers vendors' rounding
+    (HGX B200: TF32 "2.2" against FP16 "4.5" PFLOPS)."""
+    checked = 0
+    for card in card_book():
+        # BF16 runs at the FP16 rate; TF32 at half of it; FP8 at twice it.
+        for other, expected in (("bf16_tensor", 1.0), ("tf32_tensor", 0.5), ("fp8_tensor", 2.0)):
+            ratio = _ratio(card, other, "fp16_tensor")
+            if ratio is not None:
+                assert ratio == pytest.approx(expected, rel=0.03), f"{card.key}: {other}/fp16_tensor = {ratio}"
+                checked += 1
+        # INT8 is twice FP16 with FP32 accumulate, or four times where FP32 accumulate runs at half rate (GeForce).
+        ratio = _ratio(card, "int8_tensor", "fp16_tensor")
+        if ratio is not None:
+            assert min(abs(ratio - 2), abs(ratio - 4)) < 0.05, f"{card.key}: int8/fp16 = {ratio}"
+            checked += 1
+    assert checked >= 50
+
+
 def _corpus_devices(corpus: Path) -> list[tuple[str, str, int, str]]:
     """(file, device name, SM count, CC) for every device a real trace in the corpus describes."""
     devices = []

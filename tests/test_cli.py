@@ -57,8 +57,8 @@ def test_kv_known_check_with_model_and_card() -> None:
                 "--weight-bits", "16")
     assert out["result"]["value"] == 1_073_741_824
     fits = next(q for q in out["also"] if q["symbol"] == "fits")
-    # (141e9 - 8.03e9 * 2) / 131072 B per token = 953,247 tokens.
-    assert fits["value"] == (141e9 - 8.03e9 * 2) // 131072
+    # (141 GiB - 8.03e9 * 2 B) / 131072 B per token = 1,032,543 tokens.
+    assert fits["value"] == (141 * 2**30 - 8.03e9 * 2) // 131072 == 1_032_543
 
 
 def test_spec_prefill_roofline() -> None:
@@ -77,6 +77,32 @@ def test_cards_and_card() -> None:
     assert len(cards) >= 20 and {"rtx3090", "h200-sxm", "mi300x"} <= {c["key"] for c in cards}
     card = _json("card", "NVIDIA GeForce RTX 3090")
     assert card["memory_bandwidth_gbs"] == 936 and card["cc"] == "8.6"
+
+
+def test_card_from_the_environment() -> None:
+    result = run_cli("math", "decode", "--params", "27e9", "--bits", "4", "--json", env={"IOTRACE_CARD": "rtx3090"})
+    assert result.returncode == 0 and json.loads(result.stdout)["result"]["value"] == pytest.approx(69.333, abs=1e-3)
+
+
+def test_occupancy_shows_its_arithmetic() -> None:
+    out = _json("occupancy", "--cc", "8.6", "--threads", "256", "--regs", "64", "--smem-static", "4000")
+    assert "(65536 / 4) // 2048 = 8 warps per sub-partition × 4 // 8 = 4 blocks" in out["steps"][1]
+    assert "ceil((4000 + 1024 + 0) / 128) × 128 = 5120 B per block" in out["steps"][2]
+    assert out["steps"][-1].endswith("= 32 of 48 warps = 66.67 %")
+
+
+def test_output_closed_early_is_not_an_error() -> None:
+    import subprocess
+    import sys
+
+    pipe = subprocess.run(f"{sys.executable} -m iotrace tour | head -1", shell=True, capture_output=True, text=True)
+    assert pipe.returncode == 0 and "Traceback" not in pipe.stderr
+
+
+@pytest.mark.parametrize("card", ["gtx1660super", "strix-halo", "mi300x", "gb10"])
+def test_tour_runs_on_any_card(card: str) -> None:
+    result = run_cli("tour", "--card", card)
+    assert result.returncode == 0, result.stderr
 
 
 def test_tour_runs_without_a_gpu() -> None:
@@ -101,7 +127,7 @@ BAD_INPUT = [
     (["occupancy", "--card", "mi300x", "--threads", "256", "--regs", "32"], "no CUDA compute capability"),
     (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "/nonexistent/dir/x.html"], "cannot write"),
     (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "x.png"], "only .html"),
-    (["occupancy", "--threads", "256", "--regs", "32"], "one of the arguments --cc --card is required"),
+    (["occupancy", "--threads", "256", "--regs", "32"], "no GPU found (torch.cuda and CuPy see none)"),
     (["card", "rtx 9999"], "no card called 'rtx 9999'"),
     (["math", "decode", "--card", "nonsense-gpu", "--params", "27e9", "--bits", "4"], "no card called"),
     (["math", "decode", "--card", "rtx3090", "--params", "abc", "--bits", "4"], "'abc' is not a number"),
@@ -110,7 +136,7 @@ BAD_INPUT = [
     (["math", "decode", "--card", "rtx3090", "--params", "1e400", "--bits", "4"], "not a finite number"),
     (["math", "decode", "--card", "rtx3090", "--params", "27e9", "--bits", "0"], "outside 0 < bits <= 64"),
     (["math", "decode", "--card", "rtx3090", "--bits", "4"], "--params is missing"),
-    (["math", "decode", "--params", "27e9", "--bits", "4"], "no memory bandwidth"),
+    (["math", "decode", "--params", "27e9", "--bits", "4"], "no GPU found"),
     (["math", "kv", "--model", "gpt-9", "--tokens", "8192"], "no model called 'gpt-9'"),
     (["math", "kv", "--layers", "32", "--kv-heads", "0", "--head-dim", "128", "--tokens", "8192"], "kv_heads=0"),
     (["math", "spec", "--alpha", "1.5", "--gamma", "4"], "alpha=1.5"),
@@ -119,12 +145,29 @@ BAD_INPUT = [
      "states no bf16_tensor peak"),
     (["math", "roofline", "--card", "h100", "--flops", "1e9", "--bytes", "0"], "bytes=0 must be"),
     (["nonsense"], "invalid choice: 'nonsense'"),
+    (["occupancy", "--cc", "", "--threads", "256", "--regs", "32"], "compute capability ''"),
+    (["occupancy", "--card", "", "--threads", "256", "--regs", "32"], "an empty card name"),
+    (["math", "prefill", "--card", "h100", "--params", "1e308", "--tokens", "2k", "--json"], "prefill work comes out"),
+    (["math", "decode", "--card", "rtx3090", "--params", "1e308", "--bits", "64"], "decode rate comes out as 0"),
+    (["math", "decode", "--bandwidth-gbs", "1e300", "--params", "27e9", "--bits", "4"], "--bandwidth-gbs"),
+    (["math", "kv", "--layers", "9" * 400, "--kv-heads", "8", "--head-dim", "128", "--tokens", "8"],
+     "is not a whole number"),
+    (["math", "kv", "--layers", str(2**60), "--kv-heads", "8", "--head-dim", "128", "--tokens", "8"],
+     "larger than any real count"),
+    (["math", "spec", "--alpha", "0.5", "--gamma", "100000"], "from 1 to 1024"),
+    (["math", "spec", "--alpha", "nan", "--gamma", "4"], "'nan' is not a number"),
+    (["math", "kv", "--model", "llama-3-8b", "--tokens", "8k", "--weight-bits", "16"], "--weight-bits needs --model"),
+    (["math", "kv", "--model", "llama-3-70b", "--tokens", "8k", "--card", "rtx3090", "--weight-bits", "16"],
+     "do not fit in NVIDIA GeForce RTX 3090"),
+    (["math", "roofline", "--card", "mi300x", "--flops", "1e9", "--bytes", "1e6", "--precision", "fp4"],
+     "precision 'fp4' is not one of"),
+    (["math", "roofline", "--flops", "1e9", "--bytes", "1e6", "--peak-tflops", "100"], "no GPU found"),
 ]
 
 
 @pytest.mark.parametrize(("args", "expected"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_path: Path) -> None:
-    result = run_cli(*args)
+    result = run_cli(*args, env={"IOTRACE_CARD": ""})
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["prepare_triton", "interpreting", "device"]
+__all__ = ["device", "interpreting", "prepare_triton"]
 
 
 def prepare_triton() -> None:

@@ -134,7 +134,8 @@ def _tma_aligned(M: int, N: int, K: int, dtype: str) -> bool:
     return (K * in_bytes) % 16 == 0 and (N * in_bytes) % 16 == 0 and (N * out_bytes) % 16 == 0
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None, config: Mapping[str, int]) -> None:
+def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+         config: Mapping[str, int]) -> None:
     """C = A · B (+ bias) into ``c``; checks the operands, then launches the kernel the config names."""
     (M, K), (K2, N) = a.shape, b.shape
     if K != K2 or tuple(c.shape) != (M, N) or (bias is not None and tuple(bias.shape) != (N,)):
@@ -167,7 +168,8 @@ def _model_presets() -> dict[str, Shape]:
     for key in ("llama-3-8b", "gemma-2-27b"):
         m = model(key)
         qkv = (m.heads + 2 * m.kv_heads) * m.head_dim
-        layers = {"qkv": (qkv, m.hidden), "mlp-up": (2 * m.intermediate, m.hidden), "mlp-down": (m.hidden, m.intermediate)}
+        layers = {"qkv": (qkv, m.hidden), "mlp-up": (2 * m.intermediate, m.hidden),
+                  "mlp-down": (m.hidden, m.intermediate)}
         for (layer, (n, k)), (phase, tokens) in itertools.product(
                 layers.items(), (("decode-b1", 1), ("decode-b32", 32), ("prefill-2k", 2048), ("prefill-8k", 8192))):
             presets[f"{key}-{layer}-{phase}"] = {"M": tokens, "N": n, "K": k, "bias": 0}

@@ -33,7 +33,7 @@ from iotrace.plugins.spec import DTYPE_BYTES, Config, Cost, CudaUnit, KernelSpec
 if TYPE_CHECKING:
     from iotrace.cards import Card
 
-__all__ = ["RMSNormSpec", "rmsnorm", "BackendUnavailableError", "EPS"]
+__all__ = ["EPS", "BackendUnavailableError", "RMSNormSpec", "rmsnorm"]
 
 #: rms_norm_eps of Llama 3 (config.json); the kernel takes it as an argument.
 EPS = 1e-5
@@ -123,7 +123,8 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, residual: torch.T
                                 f"y {tuple(y.shape)}", "x and y are (rows, hidden), w is (hidden,)")
     if (residual is None) != (summed is None) or (residual is not None and (
             tuple(residual.shape) != tuple(x.shape) or tuple(summed.shape) != tuple(x.shape))):
-        raise InvalidValueError("rmsnorm with a residual needs residual and summed of x's shape", "pass both or neither")
+        raise InvalidValueError("rmsnorm with a residual needs residual and summed of x's shape",
+                                "pass both or neither")
     if any(t.stride(-1) != 1 for t in (x, w, y, *(t for t in (residual, summed) if t is not None))):
         raise InvalidValueError("rmsnorm needs rows with unit stride", "pass .contiguous() tensors")
     rows, n = x.shape

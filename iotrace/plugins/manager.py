@@ -15,7 +15,7 @@ from iotrace.errors import PluginError
 from iotrace.plugins import hookspecs
 from iotrace.plugins.spec import KernelSpec
 
-__all__ = ["plugin_manager", "kernels", "kernel", "BUILTIN_PLUGINS", "ENV_PLUGINS", "ENV_NO_AUTOLOAD"]
+__all__ = ["BUILTIN_PLUGINS", "ENV_NO_AUTOLOAD", "ENV_PLUGINS", "kernel", "kernels", "plugin_manager"]
 
 #: Modules shipped with iotrace that register kernels.
 BUILTIN_PLUGINS = ("iotrace.kernels.gemm", "iotrace.kernels.rmsnorm")

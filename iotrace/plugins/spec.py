@@ -22,8 +22,17 @@ if TYPE_CHECKING:
 
     from iotrace.cards import Card
 
-__all__ = ["Cost", "Tolerance", "TritonUnit", "CudaUnit", "KernelSpec", "Shape", "Config", "DTYPE_BYTES",
-           "DTYPE_PEAK"]
+__all__ = [
+    "DTYPE_BYTES",
+    "DTYPE_PEAK",
+    "Config",
+    "Cost",
+    "CudaUnit",
+    "KernelSpec",
+    "Shape",
+    "Tolerance",
+    "TritonUnit",
+]
 
 Shape = dict[str, int]
 Config = dict[str, Any]

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import nvtx
 
-__all__ = ["DOMAIN", "range_name", "config_text", "kernel_range"]
+__all__ = ["DOMAIN", "config_text", "kernel_range", "range_name"]
 
 #: The NVTX domain of every iotrace range.
 DOMAIN = "iotrace"
@@ -29,7 +29,8 @@ def config_text(config: Mapping[str, object]) -> str:
 
 @contextmanager
 def kernel_range(kernel: str, config: Mapping[str, object]) -> Iterator[None]:
-    """``with kernel_range("gemm", {"BLOCK_M": 128}): launch()`` — the outer range names the kernel, the inner the config."""
+    """``with kernel_range("gemm", {"BLOCK_M": 128}): launch()``: the outer range names the kernel, the inner
+    one its config."""
     with nvtx.annotate(range_name(kernel), domain=DOMAIN, color="green"), \
             nvtx.annotate(config_text(config), domain=DOMAIN, color="blue"):
         yield
