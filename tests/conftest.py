@@ -7,6 +7,7 @@ import os
 # Kernels decorated with @triton.jit read this when decorated, so it must be set before any kernel
 # module is imported (../shared/reference/env-probe.md, section 1). GPU runs set it to 0.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 import subprocess
 import sys
@@ -15,6 +16,14 @@ from pathlib import Path
 import pytest
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One compile cache per test session: tests compile for real once, then share the results."""
+    import tempfile
+
+    os.environ.setdefault("IOTRACE_CACHE_DIR", tempfile.mkdtemp(prefix="iotrace-test-cache-"))
 
 
 @pytest.fixture(scope="session")

@@ -56,7 +56,9 @@ def plugin_manager() -> pluggy.PluginManager:
                 pm.register(_import(name, f"from {ENV_PLUGINS}"), name=name)
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {exc.plugin!r} does not match iotrace's hook specs: {exc}",
+        name = getattr(exc.plugin, "__name__", repr(exc.plugin))
+        detail = " ".join(str(exc).split())  # pluggy's message spans lines; the CLI prints one
+        raise PluginError(f"plugin {name!r} does not match iotrace's hook specs: {detail}",
                           "see iotrace/plugins/hookspecs.py for the contract") from exc
     return pm
 

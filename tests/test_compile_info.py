@@ -1,0 +1,98 @@
+"""Every built-in kernel compiles for sm_80/86/89/90 on the CPU, and its resources feed occupancy.
+
+Real compilers run here: Triton (with its bundled ptxas) in worker processes, and nvcc for CUDA C++.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from iotrace.cards import lookup
+from iotrace.compile_info import compile_resources, parse_ptxas_log
+from iotrace.kernels.gemm import GemmSpec
+from iotrace.kernels.rmsnorm import RMSNormSpec
+from iotrace.runner import ConfigError, static_analysis
+
+GEMM, NORM = GemmSpec(), RMSNormSpec()
+CARDS = {"8.0": "a100", "8.6": "a10g", "8.9": "rtx4090", "9.0": "h100"}
+
+# A real ptxas -v block, as nvcc 13.0 printed it for rmsnorm.cu on sm_90.
+PTXAS_LOG = """ptxas info    : Compiling entry function 'rmsnorm_f16_residual' for 'sm_90'
+ptxas info    : Function properties for rmsnorm_f16_residual
+    0 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 15 registers, used 1 barriers, 128 bytes smem
+"""
+
+
+def test_parse_ptxas_log() -> None:
+    assert parse_ptxas_log(PTXAS_LOG) == {"registers": 15, "barriers": 1, "static_smem": 128, "stack_bytes": 0,
+                                          "spill_stores": 8, "spill_loads": 12}
+
+
+@pytest.mark.parametrize("cc", sorted(CARDS))
+def test_triton_kernels_compile_for_every_target(cc: str) -> None:
+    card = lookup(CARDS[cc])
+    gemm_shape = GEMM.check_shape(GEMM.presets["square-4096"])
+    norm_shape = NORM.check_shape(NORM.presets["4096x8192-residual"])
+    gemm_config = GEMM.default_config(gemm_shape, "fp16", card)
+    units = [*GEMM.compile_units(gemm_shape, "fp16", gemm_config),
+             *NORM.compile_units(norm_shape, "bf16", NORM.default_config(norm_shape, "bf16", card))]
+    if cc == "9.0":
+        units += GEMM.compile_units(gemm_shape, "fp16", {**gemm_config, "USE_TMA": True})
+    resources = compile_resources(units, cc)
+    assert [r.target for r in resources] == [f"sm_{cc.replace('.', '')}"] * len(units)
+    for res in resources:
+        assert 0 < res.registers <= 255 and res.compiler.startswith("triton 3.9")
+    gemm_res, norm_res = resources[0], resources[1]
+    one_stage = (gemm_config["BLOCK_M"] + gemm_config["BLOCK_N"]) * gemm_config["BLOCK_K"] * 2
+    assert gemm_res.shared_mem_bytes >= one_stage, "the GEMM stages its A and B tiles through shared memory"
+    assert gemm_res.grid == (32 * 4096 // gemm_config["BLOCK_N"] * 4096 // gemm_config["BLOCK_M"] // 32, 1, 1)
+    assert norm_res.threads_per_block == 32 * 16 and norm_res.grid == (4096, 1, 1)
+    assert norm_res.spills == 0
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: CUDA C++ resources need it")
+@pytest.mark.parametrize("cc", sorted(CARDS))
+def test_cuda_kernel_compiles_for_every_target(cc: str) -> None:
+    shape = NORM.check_shape({"rows": 4096, "hidden": 8192, "residual": 1})
+    (res,) = compile_resources(list(NORM.compile_units(shape, "fp16", {"BLOCK_THREADS": 256}, "cuda")), cc)
+    assert res.kernel == "rmsnorm_f16_residual" and res.compiler.startswith("nvcc")
+    assert 0 < res.registers <= 64 and res.barriers == 1
+    assert res.static_smem == 128  # 32 per-warp partial sums of 4 bytes
+    assert res.threads_per_block == 256 and res.grid == (4096, 1, 1)
+
+
+def test_compile_results_are_cached(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IOTRACE_CACHE_DIR", str(tmp_path))
+    shape = NORM.check_shape({"rows": 8, "hidden": 300})
+    units = list(NORM.compile_units(shape, "fp16", {"num_warps": 2}))
+    start = time.perf_counter()
+    first = compile_resources(units, "8.6")
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    second = compile_resources(units, "8.6")
+    warm = time.perf_counter() - start
+    assert first == second and len(list((tmp_path / "compile").glob("*.json"))) == 1
+    assert warm < cold / 10, f"cache hit took {warm:.3f}s against {cold:.3f}s cold"
+
+
+def test_static_analysis_gives_occupancy_and_waves() -> None:
+    card = lookup("h100")
+    shape = NORM.check_shape({"rows": 4096, "hidden": 8192, "residual": 1})
+    config = NORM.default_config(shape, "bf16", card)
+    resources, occ, waves = static_analysis(NORM, shape, "bf16", config, card, "triton")
+    assert occ.threads_per_block == 512 and occ.registers_per_thread == resources[0].registers
+    assert occ.active_blocks_per_sm >= 1
+    assert waves == pytest.approx(4096 / (occ.active_blocks_per_sm * 132))
+
+
+def test_a_config_that_cannot_launch_is_refused() -> None:
+    card = lookup("a10g")  # 99 KB of shared memory per block
+    shape = GEMM.check_shape(GEMM.presets["square-4096"])
+    config = {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 5,
+              "USE_TMA": False}
+    with pytest.raises(ConfigError, match="cannot launch on NVIDIA A10G: .* bytes of shared memory per block exceed"):
+        static_analysis(GEMM, shape, "fp16", config, card, "triton")

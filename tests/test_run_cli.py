@@ -1,0 +1,89 @@
+"""`iotrace run` and `iotrace kernels` in a real subprocess, on the CPU (interpreter + static analysis)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def _run_json(*args: str) -> dict:
+    result = run_cli("run", *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_run_gemm_reports_everything_on_h100() -> None:
+    out = _run_json("gemm", "--card", "h100", "--shape", "M=97,N=83,K=71,bias=1", "--seed", "3")
+    for key in ("registers", "shared_mem_bytes", "spills", "occupancy_pct", "limiters", "flops", "bytes",
+                "roofline_floor_us", "correct", "max_abs_err"):
+        assert key in out, key
+    assert out["correct"] is True and out["mode"] == "interpreter" and out["time_us"] is None
+    assert out["flops"] == 2 * 97 * 83 * 71 + 97 * 83
+    # H100 SXM: 3350 GB/s; this shape is memory-bound, so the floor is bytes / bandwidth.
+    assert out["roofline_floor_us"] == pytest.approx(out["bytes"] / 3350e9 * 1e6)
+    assert out["resources"][0]["target"] == "sm_90" and out["resources"][0]["kind"] == "static"
+    assert out["cost"]["kind"] == "modelled" and out["timing"] is None
+    assert 0 < out["occupancy_pct"] <= 100 and out["limiters"]
+
+
+@pytest.mark.parametrize("card", ["a100", "a10g", "rtx4090", "h100"])
+def test_run_rmsnorm_preset_on_each_target(card: str) -> None:
+    out = _run_json("rmsnorm", "--preset", "llama-3-8b-prefill-2k-residual", "--dtype", "bf16", "--card", card)
+    assert out["shape"] == {"rows": 2048, "hidden": 4096, "residual": 1}
+    assert out["correct"] is True and "reduced shape" in out["check"]["note"]
+    assert out["check"]["shape"]["rows"] < 2048
+    assert out["bound"] == "memory" and out["registers"] > 0
+
+
+def test_run_cuda_backend_on_cpu_reports_resources_and_why_no_check() -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed: CUDA C++ resources need it")
+    out = _run_json("rmsnorm", "--backend", "cuda", "--card", "h100", "--shape", "rows=64,hidden=4096")
+    assert out["correct"] is None and "needs a GPU" in out["check"]["note"]
+    assert out["resources"][0]["compiler"].startswith("nvcc") and out["registers"] > 0
+
+
+def test_run_human_output_labels_its_numbers() -> None:
+    result = run_cli("run", "rmsnorm", "--card", "a10g")
+    assert result.returncode == 0, result.stderr
+    for label in ("correct", "(modelled)", "(static", "interpreter"):
+        assert label in result.stdout
+
+
+def test_kernels_lists_builtins() -> None:
+    result = run_cli("kernels", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert {"gemm", "rmsnorm"} <= set(rows)
+    assert rows["rmsnorm"]["backends"] == ["triton", "cuda"] and rows["rmsnorm"]["space_size"]["cuda"] == 5
+    assert "llama-3-8b-qkv-prefill-2k" in rows["gemm"]["presets"] and rows["gemm"]["space_size"]["triton"] > 100
+
+
+BAD = [
+    (["run", "matmul", "--card", "h100"], "no kernel called 'matmul'"),
+    (["run", "gemm", "--card", "h100", "--preset", "llama-9"], "gemm has no preset 'llama-9'"),
+    (["run", "gemm", "--card", "h100", "--dtype", "fp64"], "does not support dtype 'fp64'"),
+    (["run", "gemm", "--card", "t4", "--dtype", "fp8e4m3"], "has no fp8 tensor cores"),
+    (["run", "gemm", "--card", "h100", "--shape", "M=4,N=4"], "lacks K"),
+    (["run", "gemm", "--card", "h100", "--shape", "M=4,N=4,K=0"], "K=0 must be"),
+    (["run", "gemm", "--card", "h100", "--shape", "M4"], "'M4' is not KEY=VALUE"),
+    (["run", "gemm", "--card", "h100", "--config", "BLOCK_Q=4"], "gemm has no tuning parameter BLOCK_Q"),
+    (["run", "gemm", "--card", "a10g", "--preset", "square-4096", "--config",
+      "BLOCK_M=256,BLOCK_N=128,BLOCK_K=128,num_stages=5"],
+     "cannot launch on NVIDIA A10G"),
+    (["run", "gemm", "--card", "h100", "--backend", "cuda"], "gemm has no 'cuda' backend"),
+    (["run", "rmsnorm", "--card", "h100", "--shape", "rows=2,hidden=70000"], "exceeds the Triton kernel's 65536"),
+    (["run", "gemm"], "no GPU found"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_run_bad_input(args: list[str], expected: str) -> None:
+    result = run_cli(*args, env={"IOTRACE_CARD": ""})
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
