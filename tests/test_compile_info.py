@@ -94,5 +94,5 @@ def test_a_config_that_cannot_launch_is_refused() -> None:
     shape = GEMM.check_shape(GEMM.presets["square-4096"])
     config = {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 5,
               "USE_TMA": False}
-    with pytest.raises(ConfigError, match="cannot launch on NVIDIA A10G: .* bytes of shared memory per block exceed"):
+    with pytest.raises(ConfigError, match=r"cannot launch on NVIDIA A10G: .* bytes of shared memory per block exceed"):
         static_analysis(GEMM, shape, "fp16", config, card, "triton")

@@ -55,7 +55,8 @@ def test_plugin_named_in_the_environment() -> None:
 
 @pytest.mark.parametrize(("module", "expected"), [
     ("iotrace_bad_plugin", "plugin 'iotrace_bad_plugin' does not match iotrace's hook specs"),
-    ("iotrace_clashing_plugin", "kernel 'gemm' is provided by both 'iotrace.kernels.gemm' and 'iotrace_clashing_plugin'"),
+    ("iotrace_clashing_plugin",
+     "kernel 'gemm' is provided by both 'iotrace.kernels.gemm' and 'iotrace_clashing_plugin'"),
     ("iotrace_no_such_module", "plugin module 'iotrace_no_such_module' (from IOTRACE_PLUGINS) cannot be imported"),
 ])
 def test_broken_plugins_are_one_line_errors(module: str, expected: str) -> None:
