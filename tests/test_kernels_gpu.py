@@ -1,0 +1,52 @@
+"""The kernels on a real GPU: full-size shapes, native bf16/fp8 tensor cores, TMA on sm_90, the CUDA C++
+backend through CuPy, and timing. Skipped on machines without a GPU; bench/gpu_validate.sh runs them."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _card():
+    from iotrace.cards import detect
+
+    return detect()
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8e4m3"])
+@pytest.mark.parametrize("preset", ["square-4096", "llama-3-8b-qkv-decode-b1", "llama-3-8b-mlp-down-prefill-2k"])
+def test_gemm_on_gpu(dtype: str, preset: str) -> None:
+    from iotrace.kernels.gemm import GemmSpec
+    from iotrace.runner import run
+
+    card, spec = _card(), GemmSpec()
+    if dtype == "fp8e4m3" and card.sm_limits.cc < (8, 9):
+        pytest.skip(f"{card.name} has no fp8 tensor cores")
+    result = run(spec, spec.presets[preset], dtype, card)
+    assert result.mode == "gpu" and result.check.correct, result.check.where
+    assert result.timing is not None and result.timing.median_us > 0
+
+
+def test_gemm_tma_on_hopper() -> None:
+    from iotrace.kernels.gemm import GemmSpec
+    from iotrace.runner import resolve_config, run
+
+    card, spec = _card(), GemmSpec()
+    if card.sm_limits.cc < (9, 0):
+        pytest.skip(f"{card.name} (CC {card.cc}) has no TMA")
+    shape = spec.check_shape(spec.presets["square-4096"])
+    config = {**resolve_config(spec, shape, "bf16", card, "triton"), "USE_TMA": True}
+    result = run(spec, shape, "bf16", card, config=config)
+    assert result.check.correct, result.check.where
+
+
+@pytest.mark.parametrize("backend", ["triton", "cuda"])
+@pytest.mark.parametrize("preset", ["4096x8192", "4096x8192-residual", "llama-3-8b-decode-b1"])
+def test_rmsnorm_on_gpu(backend: str, preset: str) -> None:
+    from iotrace.kernels.rmsnorm import RMSNormSpec
+    from iotrace.runner import run
+
+    spec = RMSNormSpec()
+    result = run(spec, spec.presets[preset], "bf16", _card(), backend=backend)
+    assert result.mode == "gpu" and result.check.correct, result.check.where
