@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "INTERPRETER_BUDGET",
     "Check",
     "ConfigError",
     "Roofline",
@@ -36,12 +35,6 @@ __all__ = [
     "run",
     "static_analysis",
 ]
-
-#: Work the Triton interpreter checks in a few seconds on one core, per kernel (elements of the shape's
-#: product): a 256³ GEMM takes about a second interpreted (../shared/reference/env-probe.md, section 1).
-INTERPRETER_BUDGET = {"gemm": 2_000_000, "rmsnorm": 200_000}
-DEFAULT_INTERPRETER_BUDGET = 200_000
-
 
 class ConfigError(IotraceError):
     """A config that cannot launch on the card (shared memory, registers or threads over the limit)."""
@@ -244,8 +237,7 @@ def run(spec: KernelSpec, shape: Shape, dtype: str, card: Card, *, backend: str 
     notes = []
     timing = None
     if check:
-        budget = INTERPRETER_BUDGET.get(spec.name, DEFAULT_INTERPRETER_BUDGET)
-        result, inputs, outputs = _check(spec, shape, dtype, config, backend, seed, budget)
+        result, inputs, outputs = _check(spec, shape, dtype, config, backend, seed, spec.interpreter_budget)
         if mode == "gpu" and inputs is not None:
             timing = _time(spec, inputs, outputs, config, backend, cost, roofline)
     else:

@@ -186,6 +186,8 @@ class GemmSpec(KernelSpec):
     shape_flags: ClassVar[tuple[str, ...]] = ("bias",)
     presets: ClassVar[dict[str, Shape]] = _model_presets()
     default_shape: ClassVar[Shape] = {"M": 97, "N": 83, "K": 71, "bias": 1}
+    # M·N·K: a 256³ GEMM takes about a second interpreted (../shared/reference/env-probe.md, section 1).
+    interpreter_budget: ClassVar[int] = 2_000_000
     space_keys: ClassVar[tuple[str, ...]] = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
                                              "USE_TMA")
 

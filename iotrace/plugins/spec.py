@@ -133,6 +133,9 @@ class KernelSpec(ABC):
     presets: ClassVar[dict[str, Shape]] = {}
     #: A shape small enough to check under the Triton interpreter in seconds, ragged on purpose.
     default_shape: ClassVar[Shape] = {}
+    #: The work (in :meth:`reduce_shape`'s units, by default the product of the dims) the Triton interpreter
+    #: checks in a few seconds on one core; bigger shapes are checked reduced on the CPU.
+    interpreter_budget: ClassVar[int] = 200_000
 
     # --- shapes -------------------------------------------------------------------------------------------
 

@@ -1,0 +1,292 @@
+"""Split-KV decode attention (flash-decoding): one query token per sequence against a long KV cache.
+
+At batch 1 one program per (sequence, KV head) would leave most SMs idle while it walks 32k keys, so the
+keys are split into NUM_SPLITS ranges, one program each. Every program writes a partial output and the
+log-sum-exp of its range; a second small kernel combines them, o = Σ_s exp(lse_s − lse) · o_s with
+lse = log Σ_s exp(lse_s) (Dao, Haziza, Massa, Sizov 2023, "Flash-Decoding for long-context inference").
+A program serves all H_q / H_kv query heads of its KV head, so each key and value is read once (GQA).
+
+The cache is (batch, max_context, H_kv, d); each sequence uses its first context_lens[b] positions.
+
+Cost (identity 4): FLOPs = Σ_b 4·L_b·H_q·d; minimum bytes = read K and V once (Σ_b 2·L_b·H_kv·d·e) plus
+Q and O: about 2·group FLOP/B, so memory-bound, and the figure of merit is the KV-read bandwidth.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+import triton
+import triton.language as tl
+
+from iotrace.errors import InvalidValueError
+from iotrace.kernels.attention_common import attention_flops, check_heads, reference_attention, shape_lengths
+from iotrace.kernels.backend import interpreting
+from iotrace.models import model
+from iotrace.plugins import hookimpl
+from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
+
+if TYPE_CHECKING:
+    from iotrace.cards import Card
+
+__all__ = ["DecodeSpec", "default_splits", "flash_decode"]
+
+_TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _decode_split_kernel(
+    # pointers
+    q_ptr, k_ptr, v_ptr, lens_ptr, po_ptr, plse_ptr,
+    # strides: q (b, h); cache (b, t, h); partial out (b, h, split); partial lse (b, h)
+    stride_qb, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+    stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
+    # sizes and parameters
+    KV_HEADS, GROUP, qk_scale,
+    # meta-parameters
+    HEAD_DIM: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    pid_bh = tl.program_id(0)
+    split = tl.program_id(1)
+    seq = pid_bh // KV_HEADS
+    kv_head = pid_bh % KV_HEADS
+    length = tl.load(lens_ptr + seq)
+    # Each split takes a whole number of key blocks; the last splits of a short sequence may get none.
+    chunk = tl.cdiv(tl.cdiv(length, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, length)
+    rows = tl.arange(0, GROUP_PAD)  # the query heads sharing this KV head, padded for tl.dot
+    row_ok = rows < GROUP
+    heads = kv_head * GROUP + rows
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=row_ok[:, None],
+                other=0.0)
+    m_i = tl.full((GROUP_PAD,), -float("inf"), tl.float32)
+    l_i = tl.zeros((GROUP_PAD,), tl.float32)
+    acc = tl.zeros((GROUP_PAD, HEAD_DIM), tl.float32)
+    k_base = k_ptr + seq * stride_kb + kv_head * stride_kh
+    v_base = v_ptr + seq * stride_vb + kv_head * stride_vh
+    for start in range(lo, hi, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < hi
+        k = tl.load(k_base + offs_n[None, :] * stride_kt + offs_d[:, None], mask=key_ok[None, :], other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        # The interpreter's bf16 tl.dot multiplies raw bits (env-probe.md); a constexpr `if` keeps the upcast out
+        # of GPU kernels entirely.
+        if UPCAST:  # noqa: SIM108
+            qk = tl.dot(q.to(tl.float32), k.to(tl.float32))
+        else:
+            qk = tl.dot(q, k)
+        qk = tl.where(key_ok[None, :], qk * qk_scale, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        p = tl.math.exp2(qk - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if UPCAST:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32))
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    # An empty split writes o = 0 and lse = -inf, which the combine step weighs by exp(-inf) = 0.
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    tl.store(po_ptr + seq * stride_pb + heads[:, None] * stride_ph + split * stride_ps + offs_d[None, :],
+             acc / l_safe[:, None], mask=row_ok[:, None])
+    # Natural log again; a row with no key gets -inf (and no log2(0) is evaluated).
+    lse = tl.where(l_i == 0.0, -float("inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    tl.store(plse_ptr + seq * stride_lb + heads * stride_lh + split, lse, mask=row_ok)
+
+
+@triton.jit
+def _decode_combine_kernel(
+    po_ptr, plse_ptr, o_ptr, lse_ptr,
+    stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh, stride_fb,
+    HEADS,
+    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    seq = pid // HEADS
+    head = pid % HEADS
+    splits = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, HEAD_DIM)
+    split_ok = splits < NUM_SPLITS
+    lse_s = tl.load(plse_ptr + seq * stride_lb + head * stride_lh + splits, mask=split_ok, other=-float("inf"))
+    m = tl.max(lse_s, 0)
+    weights = tl.exp(lse_s - m)
+    total = tl.sum(weights, 0)
+    parts = tl.load(po_ptr + seq * stride_pb + head * stride_ph + splits[:, None] * stride_ps + offs_d[None, :],
+                    mask=split_ok[:, None], other=0.0)
+    out = tl.sum(parts * weights[:, None], 0) / total
+    tl.store(o_ptr + seq * stride_ob + head * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty))
+    tl.store(lse_ptr + seq * stride_fb + head, m + tl.log(total))
+
+
+def _group_pad(group: int) -> int:
+    return max(16, triton.next_power_of_2(group))  # tl.dot needs at least 16 rows
+
+
+def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, context_lens: torch.Tensor,
+                 out: torch.Tensor, lse: torch.Tensor, config: Mapping[str, int]) -> None:
+    """Decode attention: q (B, H_q, d) over the first context_lens[b] rows of k/v_cache (B, T, H_kv, d)."""
+    batch, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[2]
+    if k_cache.shape != v_cache.shape or k_cache.shape[0] != batch or k_cache.shape[3] != head_dim or \
+            out.shape != q.shape or tuple(lse.shape) != (batch, heads) or tuple(context_lens.shape) != (batch,):
+        raise InvalidValueError(f"decode shapes do not agree: q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, "
+                                f"v_cache {tuple(v_cache.shape)}, context_lens {tuple(context_lens.shape)}",
+                                "q is (B, H_q, d), the caches (B, T, H_kv, d), context_lens (B,)")
+    check_heads("attention-decode", {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim})
+    longest, shortest = int(context_lens.max()), int(context_lens.min())
+    if longest > k_cache.shape[1] or shortest < 1:
+        raise InvalidValueError(f"context lengths {shortest}..{longest} fall outside the cache of "
+                                f"{k_cache.shape[1]} positions", "each length must be between 1 and the cache length")
+    splits = config["NUM_SPLITS"]
+    partial_o = torch.empty(batch, heads, splits, head_dim, dtype=torch.float32, device=q.device)
+    partial_lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
+    group = heads // kv_heads
+    _decode_split_kernel[(batch * kv_heads, splits)](
+        q, k_cache, v_cache, context_lens, partial_o, partial_lse,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        partial_o.stride(0), partial_o.stride(1), partial_o.stride(2), partial_lse.stride(0), partial_lse.stride(1),
+        kv_heads, group, LOG2E / math.sqrt(head_dim),
+        HEAD_DIM=head_dim, GROUP_PAD=_group_pad(group), BLOCK_N=config["BLOCK_N"], NUM_SPLITS=splits,
+        UPCAST=interpreting() and q.dtype != torch.float16, num_warps=config["num_warps"],
+        num_stages=config["num_stages"])
+    _decode_combine_kernel[(batch * heads,)](
+        partial_o, partial_lse, out, lse,
+        partial_o.stride(0), partial_o.stride(1), partial_o.stride(2), partial_lse.stride(0), partial_lse.stride(1),
+        out.stride(0), out.stride(1), lse.stride(0), heads,
+        HEAD_DIM=head_dim, NUM_SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+
+
+def default_splits(batch: int, kv_heads: int, context: int, block_n: int, sm_count: int) -> int:
+    """Enough splits for two programs per SM, no split shorter than 4 key blocks, a power of two up to 64."""
+    want = math.ceil(2 * sm_count / (batch * kv_heads))
+    useful = max(1, context // (4 * block_n))
+    return min(64, triton.next_power_of_2(max(1, min(want, useful))))
+
+
+def _model_presets() -> dict[str, Shape]:
+    presets: dict[str, Shape] = {}
+    for key, context, batch in itertools.product(("llama-3-8b", "gemma-2-27b"), (8192, 32768), (1, 32)):
+        m = model(key)
+        presets[f"{key}-ctx{context // 1024}k-b{batch}"] = {
+            "batch": batch, "heads": m.heads, "kv_heads": m.kv_heads, "head_dim": m.head_dim, "context": context,
+            "varlen": 0}
+        if batch > 1:
+            presets[f"{key}-ctx{context // 1024}k-b{batch}-varlen"] = {
+                "batch": batch, "heads": m.heads, "kv_heads": m.kv_heads, "head_dim": m.head_dim,
+                "context": context, "varlen": 1}
+    return presets
+
+
+class DecodeSpec(KernelSpec):
+    name: ClassVar[str] = "attention-decode"
+    summary: ClassVar[str] = "split-KV decode (flash-decoding): one token against the KV cache, GQA, ragged contexts"
+    dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
+    shape_keys: ClassVar[tuple[str, ...]] = ("batch", "heads", "kv_heads", "head_dim", "context", "varlen")
+    shape_flags: ClassVar[tuple[str, ...]] = ("varlen",)
+    presets: ClassVar[dict[str, Shape]] = _model_presets()
+    default_shape: ClassVar[Shape] = {"batch": 3, "heads": 8, "kv_heads": 2, "head_dim": 64, "context": 333,
+                                      "varlen": 1}
+    #: batch·heads·context: each query head's full context, once.
+    interpreter_budget: ClassVar[int] = 200_000
+
+    def check_shape(self, shape: Mapping[str, int]) -> Shape:
+        out = super().check_shape(shape)
+        check_heads(self.name, out)
+        return out
+
+    def reduce_shape(self, shape: Shape, max_elements: int) -> Shape:
+        if shape["batch"] * shape["heads"] * shape["context"] <= max_elements:
+            return dict(shape)
+        group = shape["heads"] // shape["kv_heads"]
+        small = {**shape, "batch": min(shape["batch"], 3), "kv_heads": min(shape["kv_heads"], 2)}
+        small["heads"] = small["kv_heads"] * group
+        small["context"] = min(shape["context"], max(33, max_elements // (small["batch"] * small["heads"])) | 1)
+        return small
+
+    def make_inputs(self, shape: Shape, dtype: str, device: str, seed: int) -> dict[str, torch.Tensor]:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        batch, d, t = shape["batch"], shape["head_dim"], _TORCH_DTYPES[dtype]
+        lens = shape_lengths(shape, "context")
+        cache = (batch, shape["context"], shape["kv_heads"], d)
+        return {"q": torch.randn(batch, shape["heads"], d, generator=gen).to(device=device, dtype=t),
+                "k_cache": torch.randn(*cache, generator=gen).to(device=device, dtype=t),
+                "v_cache": torch.randn(*cache, generator=gen).to(device=device, dtype=t),
+                "context_lens": torch.tensor(lens, dtype=torch.int32, device=device)}
+
+    def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        q = inputs["q"]
+        return {"out": torch.empty_like(q), "lse": torch.empty(q.shape[0], q.shape[1], dtype=torch.float32,
+                                                               device=q.device)}
+
+    def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        outs, lses = [], []
+        for b, length in enumerate(inputs["context_lens"].tolist()):
+            o, lse = reference_attention(inputs["q"][b:b + 1].cpu(), inputs["k_cache"][b, :length].cpu(),
+                                         inputs["v_cache"][b, :length].cpu(), causal=False)
+            outs.append(o[0])
+            lses.append(lse[:, 0])
+        return {"out": torch.stack(outs), "lse": torch.stack(lses)}
+
+    def launch(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+               backend: str = "triton") -> None:
+        flash_decode(inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["context_lens"], outputs["out"],
+                     outputs["lse"], config)
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        return {"fp16": Tolerance(4e-3, 4e-3), "bf16": Tolerance(2.5e-2, 2.5e-2)}[self.check_dtype(dtype)]
+
+    def cost(self, shape: Shape, dtype: str) -> Cost:
+        lens = shape_lengths(shape, "context")
+        h, hkv, d, e = shape["heads"], shape["kv_heads"], shape["head_dim"], DTYPE_BYTES[dtype]
+        flops = sum(attention_flops(1, n, h, d, causal=False) for n in lens)
+        kv_bytes = sum(2 * n * hkv * d * e for n in lens)
+        nbytes = float(kv_bytes + shape["batch"] * h * (2 * d * e + 4))
+        return Cost(flops, nbytes, DTYPE_PEAK[dtype],
+                    "FLOPs = Σ_b 4·L_b·H·d; bytes = Σ_b 2·L_b·H_kv·d·e [K, V read once] + B·H·(2·d·e + 4) [Q, O, lse]")
+
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+        return [{"BLOCK_N": bn, "NUM_SPLITS": s, "num_warps": w, "num_stages": st}
+                for bn, s, w, st in itertools.product((32, 64, 128), (1, 2, 4, 8, 16, 32, 64), (2, 4, 8), (1, 2, 3))
+                if s * bn <= max(shape["context"], bn)]
+
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+        block_n = 64
+        return {"BLOCK_N": block_n, "num_warps": 4, "num_stages": 2,
+                "NUM_SPLITS": default_splits(shape["batch"], shape["kv_heads"], shape["context"], block_n,
+                                             card.sm_count)}
+
+    def compile_units(self, shape: Shape, dtype: str, config: Config, backend: str = "triton") -> list[TritonUnit]:
+        b, t, h, hkv, d = shape["batch"], shape["context"], shape["heads"], shape["kv_heads"], shape["head_dim"]
+        splits, ptr = config["NUM_SPLITS"], f"*{dtype}"
+        split_args: dict[str, str | int] = {
+            "q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "lens_ptr": "*i32", "po_ptr": "*fp32", "plse_ptr": "*fp32",
+            "stride_qb": h * d, "stride_qh": d, "stride_kb": t * hkv * d, "stride_kt": hkv * d, "stride_kh": d,
+            "stride_vb": t * hkv * d, "stride_vt": hkv * d, "stride_vh": d, "stride_pb": h * splits * d,
+            "stride_ph": splits * d, "stride_ps": d, "stride_lb": h * splits, "stride_lh": splits,
+            "KV_HEADS": hkv, "GROUP": h // hkv, "qk_scale": "fp32"}
+        split_consts = {"HEAD_DIM": d, "GROUP_PAD": _group_pad(h // hkv), "BLOCK_N": config["BLOCK_N"],
+                        "NUM_SPLITS": splits, "UPCAST": False}
+        combine_args: dict[str, str | int] = {
+            "po_ptr": "*fp32", "plse_ptr": "*fp32", "o_ptr": ptr, "lse_ptr": "*fp32", "stride_pb": h * splits * d,
+            "stride_ph": splits * d, "stride_ps": d, "stride_lb": h * splits, "stride_lh": splits,
+            "stride_ob": h * d, "stride_oh": d, "stride_fb": h, "HEADS": h}
+        combine_consts = {"HEAD_DIM": d, "NUM_SPLITS": splits, "SPLITS_PAD": triton.next_power_of_2(splits)}
+        return [TritonUnit(__name__, "_decode_split_kernel", split_args, split_consts, config["num_warps"],
+                           config["num_stages"], (b * hkv, splits, 1)),
+                TritonUnit(__name__, "_decode_combine_kernel", combine_args, combine_consts, 4, 1, (b * h, 1, 1))]
+
+
+@hookimpl
+def iotrace_kernels() -> list[KernelSpec]:
+    return [DecodeSpec()]
