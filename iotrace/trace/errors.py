@@ -1,0 +1,29 @@
+"""Errors a profiler export can cause. Both are :class:`iotrace.errors.IotraceError` subclasses: one line, exit 2.
+
+Kept apart from ``iotrace/errors.py`` so the trace package owns its vocabulary; importing this module imports
+nothing heavy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from iotrace.errors import DataFileError, IotraceError
+
+__all__ = ["TraceFormatError", "TraceToolError"]
+
+
+class TraceFormatError(DataFileError):
+    """A file that is not a profiler export iotrace can read, or one that is damaged; names the file and the fault."""
+
+    def __init__(self, path: str | Path, problem: str, fix: str = "") -> None:
+        self.path = str(path)
+        super().__init__(f"{self.path}: {problem}", fix)
+
+
+class TraceToolError(IotraceError):
+    """Reading this export needs a tool or module that is not installed (``nsys``, ``ncu_report``)."""
+
+    def __init__(self, path: str | Path, problem: str, fix: str) -> None:
+        self.path = str(path)
+        super().__init__(f"{self.path}: {problem}", fix)

@@ -1,0 +1,85 @@
+"""``load(path)``: sniff a profiler export by its content and read it into :class:`TraceTables`.
+
+Every failure a file can cause leaves as a :class:`TraceFormatError` (or :class:`TraceToolError` when a tool is
+missing) naming the file: parsers raise those for what they anticipate, and the boundary below converts the
+rest of what a damaged file can provoke in the standard library, pandas or SQLite, naming the format it was read
+as. Nothing half-loaded is returned: the tables are built and checked whole, or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import zlib
+from pathlib import Path
+
+from iotrace.errors import IotraceError
+from iotrace.trace.errors import TraceFormatError
+from iotrace.trace.parser import Head, read_head
+from iotrace.trace.registry import parsers
+from iotrace.trace.tables import TraceTables
+
+__all__ = ["describe_unknown", "load", "sniff"]
+
+# What a damaged file can make the standard library or pandas raise while a parser reads it.
+_DAMAGE = (ValueError, TypeError, KeyError, IndexError, LookupError, ArithmeticError, EOFError, UnicodeError,
+           zlib.error, sqlite3.Error, json.JSONDecodeError, RecursionError, OSError)
+
+
+def sniff(head: Head) -> str | None:
+    """The name of the format whose parser recognises ``head``, or None."""
+    for parser in parsers():
+        if parser.sniff(head):
+            return parser.name
+    return None
+
+
+def load(path: str | Path) -> TraceTables:
+    """Read the profiler export at ``path``, whatever its name, into one :class:`TraceTables`.
+
+    :raises TraceFormatError: the file is missing, empty, damaged or of no format iotrace reads.
+    :raises TraceToolError: the format needs a tool that is not installed (``nsys``, ``ncu_report``).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TraceFormatError(path, "does not exist", "check the path")
+    if not path.is_file():
+        raise TraceFormatError(path, "is not a file", "give the path of a profiler export")
+    try:
+        head = read_head(path)
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot be read ({exc.strerror or exc})", "check its permissions") from exc
+    if head.size == 0:
+        raise TraceFormatError(path, "is empty (0 bytes)", "the export did not finish; profile again")
+    for parser in parsers():
+        if not parser.sniff(head):
+            continue
+        try:
+            tables = parser.parse(head)
+        except IotraceError:
+            raise
+        except MemoryError as exc:
+            raise TraceFormatError(path, f"is too large to read as {parser.name} in memory",
+                                   "free memory or split the capture") from exc
+        except _DAMAGE as exc:
+            detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise TraceFormatError(path, f"looks like {parser.name} ({parser.tool}) but cannot be read: "
+                                         f"{type(exc).__name__}: {detail}", "the file is damaged or truncated") from exc
+        tables.meta.setdefault("format", parser.name)
+        tables.meta.setdefault("tool", parser.tool)
+        return tables
+    raise TraceFormatError(path, describe_unknown(head), "iotrace reads " + ", ".join(p.name for p in parsers()))
+
+
+def describe_unknown(head: Head) -> str:
+    """A few words on what an unrecognised file looks like, so the message says more than 'unknown'."""
+    text = head.text
+    start = (text or "").lstrip()[:15].lower()
+    if start.startswith(("<!doctype html", "<html", "<head", "<body")):
+        return "is an HTML page, not a profiler export (a saved web page or an error page from a download)"
+    if start.startswith(("{", "[")):
+        return "is JSON but not a trace (no traceEvents list of Chrome-trace events)"
+    if text is not None and text.strip():
+        first = text.strip().splitlines()[0][:60]
+        return f"is text of no known profiler format (first line {first!r})"
+    return f"is binary data of no known profiler format (starts with {head.raw[:8]!r})"

@@ -1,0 +1,103 @@
+"""The contract of a trace format: :class:`TraceParser`. A plugin returns instances from ``iotrace_trace_parsers``.
+
+A parser looks at the first bytes of a file (:class:`Head`) and says whether the file is its format; then it reads
+the whole file into :class:`~iotrace.trace.tables.TraceTables`. It decides by content, never by the file's name.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from iotrace.trace.errors import TraceFormatError
+
+if TYPE_CHECKING:
+    from iotrace.trace.tables import TraceTables
+
+__all__ = ["HEAD_BYTES", "Head", "TraceParser", "read_head"]
+
+#: How much of a file the sniffers see: enough for a CSV header after a ``==PROF==`` preamble or a JSON prologue.
+HEAD_BYTES = 64 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class Head:
+    """The start of a file as the sniffers see it.
+
+    ``raw`` is the first bytes on disk; ``data`` is the same after gunzip when the file is gzip (else ``raw``);
+    ``text`` is ``data`` decoded as UTF-8 (``None`` when it is not text).
+    """
+
+    path: Path
+    size: int
+    raw: bytes
+    data: bytes
+    gzipped: bool
+
+    @property
+    def text(self) -> str | None:
+        try:
+            return self.data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # The cut at HEAD_BYTES may split a multi-byte character: accept an error only in the last 3 bytes.
+            if exc.start >= len(self.data) - 3:
+                return self.data[: exc.start].decode("utf-8")
+            return None
+
+    def lines(self, limit: int = 200) -> list[str]:
+        """The first ``limit`` lines of text (without line ends); empty when the head is not text."""
+        text = self.text
+        return [] if text is None else text.lstrip("\ufeff").splitlines()[:limit]
+
+
+def read_head(path: Path) -> Head:
+    """Read the first :data:`HEAD_BYTES` of ``path``, gunzipping them when the file is gzip."""
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        raw = handle.read(HEAD_BYTES)
+    data, gzipped = raw, raw.startswith(GZIP_MAGIC)
+    if gzipped:
+        try:
+            # A decompressobj tolerates a head cut mid-stream; a damaged stream raises zlib.error.
+            data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, HEAD_BYTES)
+        except zlib.error as exc:
+            raise TraceFormatError(path, f"is gzip but cannot be decompressed ({exc})",
+                                   "the file is damaged; copy it again") from exc
+    return Head(path=path, size=size, raw=raw, data=data, gzipped=gzipped)
+
+
+def read_bytes(path: Path, gzipped: bool) -> bytes:
+    """The whole file, gunzipped when it is gzip; a truncated or damaged gzip is a :class:`TraceFormatError`."""
+    if not gzipped:
+        return path.read_bytes()
+    try:
+        with gzip.open(path, "rb") as handle:
+            return handle.read()
+    except EOFError as exc:
+        raise TraceFormatError(path, "is a truncated gzip (the stream ends before its end marker)",
+                               "the file was cut short; copy or download it again") from exc
+    except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+        raise TraceFormatError(path, f"is a damaged gzip ({exc})", "copy or download it again") from exc
+
+
+class TraceParser:
+    """One trace format. Subclass, set the class attributes, implement :meth:`sniff` and :meth:`parse`."""
+
+    #: Short format name shown by ``iotrace info`` and stored in ``meta["format"]``, e.g. ``"nsys-sqlite"``.
+    name: ClassVar[str] = ""
+    #: The tool that writes the format, e.g. ``"Nsight Systems"``.
+    tool: ClassVar[str] = ""
+    #: Parsers are asked in descending priority; a specific sniff (magic bytes) should outrank a generic one.
+    priority: ClassVar[int] = 0
+
+    def sniff(self, head: Head) -> bool:
+        """Whether the file whose start is ``head`` is this format. Must not raise and must not read the file."""
+        raise NotImplementedError
+
+    def parse(self, head: Head) -> TraceTables:
+        """Read the whole file into tables, or raise :class:`~iotrace.trace.errors.TraceFormatError`."""
+        raise NotImplementedError
