@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from iotrace.cards import Card
@@ -89,13 +90,13 @@ def print_derivation(console: Console, d: Derivation) -> None:
         source = f"   [dim]{q.source}[/dim]" if q.source and q.source != "given" else ""
         console.print(f"  {q.symbol:>6} = {num(q.value)} {q.unit}".rstrip() + f"   {q.meaning}{source}")
     for step in d.steps:
-        console.print(f"  → {step}")
+        console.print(f"  → {escape(step)}")
     console.print(f"  [bold green]{d.result.symbol} = {num(d.result.value)} {d.result.unit}[/bold green]"
                   f"   {d.result.meaning}")
     for q in d.also:
         console.print(f"    {q.symbol} = {num(q.value)} {q.unit}   {q.meaning}")
     for note in d.notes:
-        console.print(f"  [dim]{note}[/dim]")
+        console.print(f"  [dim]{escape(note)}[/dim]")
 
 
 def print_occupancy(console: Console, r: OccupancyResult) -> None:
@@ -113,7 +114,7 @@ def print_occupancy(console: Console, r: OccupancyResult) -> None:
         table.add_row(name, str(r.limits[name]), mark)
     console.print(table)
     for step in r.steps:
-        console.print(f"  → {step}")
+        console.print(f"  → {escape(step)}")
     console.print(f"  [bold green]occupancy = {num(r.occupancy_pct, 4)} %[/bold green]   limited by "
                   f"{', '.join(r.limiters) or '—'}")
     if r.reason:
@@ -146,12 +147,12 @@ def print_run(console: Console, result, card: Card) -> None:
         verdict = "[bold green]correct[/bold green]" if check.correct else "[bold red]WRONG[/bold red]"
         console.print(f"  check: {verdict} against the reference (max |err| {num(check.max_abs_err)}, "
                       f"{num(check.max_err_over_tolerance)} of tolerance; seed {check.seed})"
-                      + (f" — {check.where}" if check.where else ""))
+                      + (f" — {escape(check.where)}" if check.where else ""))
     if check.note:
-        console.print(f"  [dim]check: {check.note}[/dim]")
+        console.print(f"  [dim]check: {escape(check.note)}[/dim]")
     cost, roof = result.cost, result.roofline
     console.print(f"  cost [dim](modelled)[/dim]: {num(cost.flops)} FLOP, {num(cost.bytes)} B, "
-                  f"I = {num(cost.intensity)} FLOP/B   [dim]{cost.formula}[/dim]")
+                  f"I = {num(cost.intensity)} FLOP/B   [dim]{escape(cost.formula)}[/dim]")
     console.print(f"  roofline [dim](modelled)[/dim]: {roof.bound}-bound on {card.key} "
                   f"(ridge {num(roof.ridge)} FLOP/B, {roof.peak} {num(roof.peak_flop_per_s / 1e12)} TFLOP/s, "
                   f"{num(roof.bandwidth_bytes_per_s / 1e9)} GB/s) → floor {num(roof.floor_us)} µs")
@@ -170,4 +171,4 @@ def print_run(console: Console, result, card: Card) -> None:
                       f"(p20 {num(t.p20_us)}, p80 {num(t.p80_us)}) → {num(t.tflops)} TFLOP/s, {num(t.gbps)} GB/s, "
                       f"{num(t.pct_of_roofline)} % of the roofline floor")
     for note in result.notes:
-        console.print(f"  [dim]{note}[/dim]")
+        console.print(f"  [dim]{escape(note)}[/dim]")

@@ -12,11 +12,13 @@ import pytest
 
 from iotrace.cards import lookup
 from iotrace.compile_info import compile_resources, parse_ptxas_log
+from iotrace.kernels.attention_decode import DecodeSpec
+from iotrace.kernels.attention_prefill import PrefillSpec
 from iotrace.kernels.gemm import GemmSpec
 from iotrace.kernels.rmsnorm import RMSNormSpec
 from iotrace.runner import ConfigError, static_analysis
 
-GEMM, NORM = GemmSpec(), RMSNormSpec()
+GEMM, NORM, PREFILL, DECODE = GemmSpec(), RMSNormSpec(), PrefillSpec(), DecodeSpec()
 CARDS = {"8.0": "a100", "8.6": "a10g", "8.9": "rtx4090", "9.0": "h100"}
 
 # A real ptxas -v block, as nvcc 13.0 printed it for rmsnorm.cu on sm_90.
@@ -40,8 +42,14 @@ def test_triton_kernels_compile_for_every_target(cc: str) -> None:
     gemm_config = GEMM.default_config(gemm_shape, "fp16", card)
     units = [*GEMM.compile_units(gemm_shape, "fp16", gemm_config),
              *NORM.compile_units(norm_shape, "bf16", NORM.default_config(norm_shape, "bf16", card))]
+    prefill_shape = PREFILL.check_shape(PREFILL.presets["b4-h32-s4096-d128-causal"])
+    decode_shape = DECODE.check_shape(DECODE.presets["llama-3-8b-ctx32k-b1"])
+    prefill_config = PREFILL.default_config(prefill_shape, "bf16", card)
+    units += [*PREFILL.compile_units(prefill_shape, "bf16", prefill_config),
+              *DECODE.compile_units(decode_shape, "bf16", DECODE.default_config(decode_shape, "bf16", card))]
     if cc == "9.0":
         units += GEMM.compile_units(gemm_shape, "fp16", {**gemm_config, "USE_TMA": True})
+        units += PREFILL.compile_units(prefill_shape, "bf16", {**prefill_config, "USE_TMA": True})
     resources = compile_resources(units, cc)
     assert [r.target for r in resources] == [f"sm_{cc.replace('.', '')}"] * len(units)
     for res in resources:
@@ -52,6 +60,12 @@ def test_triton_kernels_compile_for_every_target(cc: str) -> None:
     assert gemm_res.grid == (32 * 4096 // gemm_config["BLOCK_N"] * 4096 // gemm_config["BLOCK_M"] // 32, 1, 1)
     assert norm_res.threads_per_block == 32 * 16 and norm_res.grid == (4096, 1, 1)
     assert norm_res.spills == 0
+    prefill_res, split_res, combine_res = resources[2], resources[3], resources[4]
+    assert prefill_res.kernel == "_prefill_kernel" and prefill_res.grid == (4096 // prefill_config["BLOCK_M"], 128, 1)
+    # K and V blocks are staged through shared memory: at least one BLOCK_N x d tile of each.
+    assert prefill_res.shared_mem_bytes >= 2 * prefill_config["BLOCK_N"] * 128 * 2
+    assert split_res.kernel == "_decode_split_kernel" and split_res.grid[0] == 8
+    assert combine_res.kernel == "_decode_combine_kernel" and combine_res.grid == (32, 1, 1)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: CUDA C++ resources need it")

@@ -50,3 +50,27 @@ def test_rmsnorm_on_gpu(backend: str, preset: str) -> None:
     spec = RMSNormSpec()
     result = run(spec, spec.presets[preset], "bf16", _card(), backend=backend)
     assert result.mode == "gpu" and result.check.correct, result.check.where
+
+
+@pytest.mark.parametrize("preset", ["b4-h32-s4096-d128", "b4-h32-s4096-d128-causal", "llama-3-8b-prefill-2k-b8-varlen"])
+def test_attention_prefill_on_gpu(preset: str) -> None:
+    from iotrace.kernels.attention_prefill import PrefillSpec
+    from iotrace.runner import resolve_config, run
+
+    card, spec = _card(), PrefillSpec()
+    result = run(spec, spec.presets[preset], "bf16", card)
+    assert result.mode == "gpu" and result.check.correct, result.check.where
+    if card.sm_limits.cc >= (9, 0):
+        shape = spec.check_shape(spec.presets[preset])
+        config = {**resolve_config(spec, shape, "bf16", card, "triton"), "USE_TMA": True}
+        assert run(spec, shape, "bf16", card, config=config).check.correct
+
+
+@pytest.mark.parametrize("preset", ["llama-3-8b-ctx32k-b1", "llama-3-8b-ctx8k-b32-varlen", "gemma-2-27b-ctx8k-b1"])
+def test_attention_decode_on_gpu(preset: str) -> None:
+    from iotrace.kernels.attention_decode import DecodeSpec
+    from iotrace.runner import run
+
+    spec = DecodeSpec()
+    result = run(spec, spec.presets[preset], "bf16", _card())
+    assert result.mode == "gpu" and result.check.correct, result.check.where

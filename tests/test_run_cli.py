@@ -47,6 +47,14 @@ def test_run_cuda_backend_on_cpu_reports_resources_and_why_no_check() -> None:
     assert out["resources"][0]["compiler"].startswith("nvcc") and out["registers"] > 0
 
 
+@pytest.mark.parametrize(("kernel", "preset"), [("attention-prefill", "llama-3-8b-prefill-2k-b8-varlen"),
+                                                ("attention-decode", "llama-3-8b-ctx8k-b32-varlen")])
+def test_run_attention_presets(kernel: str, preset: str) -> None:
+    out = _run_json(kernel, "--preset", preset, "--dtype", "bf16", "--card", "h200")
+    assert out["correct"] is True and out["resources"][0]["target"] == "sm_90"
+    assert out["bound"] == ("compute" if kernel.endswith("prefill") else "memory")
+
+
 def test_run_human_output_labels_its_numbers() -> None:
     result = run_cli("run", "rmsnorm", "--card", "a10g")
     assert result.returncode == 0, result.stderr
@@ -58,7 +66,7 @@ def test_kernels_lists_builtins() -> None:
     result = run_cli("kernels", "--json")
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
-    assert {"gemm", "rmsnorm"} <= set(rows)
+    assert {"gemm", "rmsnorm", "attention-prefill", "attention-decode"} <= set(rows)
     assert rows["rmsnorm"]["backends"] == ["triton", "cuda"] and rows["rmsnorm"]["space_size"]["cuda"] == 5
     assert "llama-3-8b-qkv-prefill-2k" in rows["gemm"]["presets"] and rows["gemm"]["space_size"]["triton"] > 100
 
@@ -78,6 +86,13 @@ BAD = [
     (["run", "gemm", "--card", "h100", "--backend", "cuda"], "gemm has no 'cuda' backend"),
     (["run", "rmsnorm", "--card", "h100", "--shape", "rows=2,hidden=70000"], "exceeds the Triton kernel's 65536"),
     (["run", "gemm"], "no GPU found"),
+    (["run", "attention-prefill", "--card", "h100", "--shape",
+      "batch=1,heads=6,kv_heads=4,head_dim=64,seqlen=64"], "6 query heads are not a multiple of 4 KV heads"),
+    (["run", "attention-decode", "--card", "h100", "--shape", "batch=1,heads=8,kv_heads=8,head_dim=80,context=64"],
+     "head_dim=80 is not supported"),
+    (["run", "attention-decode", "--card", "h100", "--dtype", "fp8e4m3"], "does not support dtype 'fp8e4m3'"),
+    (["run", "attention-prefill", "--card", "h100", "--shape", "batch=1,heads=8,kv_heads=8,head_dim=64"],
+     "lacks seqlen"),
 ]
 
 
