@@ -200,6 +200,10 @@ def speculation(alpha: float, gamma: int, draft_cost: float | None = None) -> De
         steps.append(f"speedup = E / (γ · c + 1) = {num(expected)} / ({gamma} × {num(draft_cost)} + 1) "
                      f"= {num(speedup)}×")
         also.append(Quantity("speedup", speedup, "×", "wall-clock speedup over plain decoding"))
+        best = ident.spec_best_gamma(alpha, draft_cost)
+        best_speedup = ident.spec_speedup(alpha, best, draft_cost)
+        steps.append(f"best γ over 1..64: γ = {best} gives {num(best_speedup)}×")
+        also.append(Quantity("best γ", best, "tokens", f"draft length with the largest speedup ({num(best_speedup)}×)"))
     return Derivation("speculation (identity 5)", "E[tokens] = (1 − α^(γ+1)) / (1 − α)", inputs, steps,
                       Quantity("E", expected, "tokens", "tokens per target step"), also,
                       ["Assumes acceptance is independent per token with rate α (Leviathan et al. 2023)."])

@@ -31,6 +31,7 @@ __all__ = [
     "prefill_tokens_per_s",
     "ridge_intensity",
     "roofline_bound",
+    "spec_best_gamma",
     "spec_expected_tokens",
     "spec_speedup",
 ]
@@ -175,3 +176,13 @@ def spec_speedup(alpha: float, gamma: int, draft_cost: float) -> float:
     ``draft_cost`` c is the time of one draft step over one target step (Leviathan et al. 2023, Theorem 3.8).
     """
     return spec_expected_tokens(alpha, gamma) / (gamma * _non_negative("draft_cost", draft_cost) + 1.0)
+
+
+def spec_best_gamma(alpha: float, draft_cost: float, max_gamma: int = 64) -> int:
+    """The draft length γ in 1..max_gamma with the largest :func:`spec_speedup` (the smallest on ties).
+
+    The speedup rises while the next draft token's expected gain α^(γ+1) outweighs its cost c·E/(γc+1)
+    and falls after; with α < 1 and c > 0 it has one peak, so a scan of a bounded range finds it.
+    """
+    best = max(range(1, max_gamma + 1), key=lambda g: (spec_speedup(alpha, g, draft_cost), -g))
+    return best

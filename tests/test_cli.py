@@ -65,6 +65,7 @@ def test_spec_prefill_roofline() -> None:
     assert _json("math", "spec", "--alpha", "0.8", "--gamma", "4")["result"]["value"] == pytest.approx(3.3616)
     spec = _json("math", "spec", "--alpha", "0.8", "--gamma", "4", "--draft-cost", "0.05")
     assert spec["also"][0]["value"] == pytest.approx(2.801333, rel=1e-6)
+    assert spec["also"][1]["symbol"] == "best γ" and spec["also"][1]["value"] == 8
     prefill = _json("math", "prefill", "--peak-tflops", "989.4", "--params", "8.03e9", "--tokens", "2048")
     assert prefill["result"]["value"] == pytest.approx(61606.48, rel=1e-6)
     roof = _json("math", "roofline", "--card", "h100", "--flops", "1.37e11", "--bytes", "1.0e8",

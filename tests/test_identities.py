@@ -55,6 +55,16 @@ def test_speculation_speedup_pays_for_the_draft() -> None:
     assert ident.spec_speedup(0.8, 4, 0.0) == pytest.approx(3.3616)
 
 
+def test_best_gamma() -> None:
+    # α = 0.8, c = 0.05: (1 − 0.8^(γ+1)) / (0.2 · (0.05γ + 1)) is 2.801 at γ=4, 3.082 at 7, 3.092 at 8, 3.078 at 9.
+    assert ident.spec_speedup(0.8, 8, 0.05) == pytest.approx((1 - 0.8**9) / (0.2 * 1.4))
+    speedups = [ident.spec_speedup(0.8, g, 0.05) for g in range(1, 65)]
+    assert ident.spec_best_gamma(0.8, 0.05) == 1 + speedups.index(max(speedups)) == 8
+    # A free draft: longer is always better (up to the bound); an expensive one: one token.
+    assert ident.spec_best_gamma(0.9, 0.0, max_gamma=16) == 16
+    assert ident.spec_best_gamma(0.5, 1.0) == 1
+
+
 def test_prefill_hand_computed() -> None:
     # Llama-3-8B (8.03e9) over 2048 tokens: 2 * 8.03e9 * 2048 = 3.289e13 FLOPs; at 989.4e12 FLOP/s: 61,606 tok/s.
     assert ident.prefill_flops(8.03e9, 2048) == pytest.approx(3.289088e13)
