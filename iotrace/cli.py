@@ -192,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-check", action="store_true", help="skip the comparison with the reference")
     _add_json(run)
     run.set_defaults(func=_cmd_run)
+
+    info = commands.add_parser("info", help="what a profiler export holds: format, devices and cards, counts, "
+                                            "top kernels (ncu-rep, ncu/nvprof CSV, nsys sqlite/nsys-rep, Kineto)")
+    info.add_argument("trace", type=Path, metavar="TRACE", help="the export; its format is found from its content")
+    info.add_argument("--top", type=count, default=10, help="how many kernels to list (default 10)")
+    _add_json(info)
+    info.set_defaults(func=_cmd_info)
     return parser
 
 
@@ -436,6 +443,16 @@ def _cmd_run(args: argparse.Namespace) -> None:
     if result.check.ran and not result.check.correct:
         raise KernelWrongError(f"{spec.name} {config} gave wrong results: {result.check.where}",
                                f"reproduce with --seed {result.check.seed}")
+
+
+def _cmd_info(args: argparse.Namespace) -> None:
+    from iotrace.trace.info import render_info, summarise
+    from iotrace.trace.loader import load
+
+    if args.top < 0:
+        raise InvalidValueError(f"--top {args.top} is negative", "give 0 or more")
+    info = summarise(load(args.trace), top=args.top)
+    _emit(args, info, lambda: print(render_info(info)))
 
 
 def _cmd_tour(args: argparse.Namespace) -> None:

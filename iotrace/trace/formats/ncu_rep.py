@@ -13,8 +13,11 @@ Every numeric metric of every launch lands in ``metrics``; launch and occupancy 
 from __future__ import annotations
 
 import math
+import os
 import re
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +45,7 @@ class NcuRepParser(TraceParser):
     def parse(self, head: Head) -> TraceTables:
         path = head.path
         data = path.read_bytes()
-        header_version = check_container(path, data)
+        header_version, declared = check_container(path, data)
         try:
             import ncu_report
         except ImportError as exc:
@@ -50,13 +53,19 @@ class NcuRepParser(TraceParser):
                                  "pip install 'iotrace[nsight]' (PyPI ncu-report), or export with "
                                  "ncu --import FILE --csv --page raw > FILE.csv") from exc
         try:
-            context = ncu_report.load_report(str(path))
+            with _native_stderr_quiet():
+                context = ncu_report.load_report(str(path))
         except Exception as exc:  # a SWIG-wrapped C++ error: its type is not part of any stable API
             raise TraceFormatError(path, f"ncu_report cannot load it ({' '.join(str(exc).split())[:160]})",
                                    "the report is damaged; export it again") from exc
         if context.num_ranges() == 0:
             raise TraceFormatError(path, "loads as an empty Nsight Compute report (zero ranges)",
                                    "the file is not a report or holds no profiled kernels; profile again")
+        loaded = sum(context.range_by_idx(r).num_actions() for r in range(context.num_ranges()))
+        if loaded != declared:
+            # ncu_report skips a result it cannot parse (and logs to stderr): that would be a half-loaded report.
+            raise TraceFormatError(path, f"declares {declared} profiled kernels but only {loaded} could be read",
+                                   "the report is damaged; export it again")
         version = _VERSION.search(data)
         meta = {"format": self.name, "tool": self.tool,
                 "version": f"{version.group(1).decode()} (build {version.group(2).decode()})" if version else None,
@@ -64,6 +73,23 @@ class NcuRepParser(TraceParser):
         if version is None:
             meta["notes"].append("the report does not state its Nsight Compute version (2019-era file)")
         return _read(path, context, ncu_report, meta)
+
+
+@contextmanager
+def _native_stderr_quiet() -> Iterator[None]:
+    """Silence ncu_report's native log lines (absl) so the CLI's one-line error stays one line."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -102,8 +128,9 @@ def _fields(message: bytes) -> dict[int, int]:
     return out
 
 
-def check_container(path: Path, data: bytes) -> int:
-    """Walk the NVR container's lengths; return the FileHeader version, or raise if the file is cut or damaged."""
+def check_container(path: Path, data: bytes) -> tuple[int, int]:
+    """Walk the NVR container's lengths; return (FileHeader version, results the blocks declare), or raise if the
+    file is cut short or damaged."""
     def fail(problem: str) -> TraceFormatError:
         return TraceFormatError(path, f"is a damaged Nsight Compute report ({problem})",
                                 "the file was cut short or corrupted; copy or export it again")
@@ -120,24 +147,25 @@ def check_container(path: Path, data: bytes) -> int:
         version = _fields(data[8:8 + header_len]).get(1, 0)
     except ValueError as exc:
         raise fail(f"header: {exc}") from exc
-    pos, blocks = 8 + header_len, 0
+    pos, blocks, results = 8 + header_len, 0, 0
     while pos < len(data):
         block_len = u32(pos)
         start = pos + 4
         if start + block_len > len(data):
             raise fail(f"block {blocks} header runs past the end of the file")
         try:
-            payload = _fields(data[start:start + block_len]).get(5, 0)
+            block = _fields(data[start:start + block_len])
         except ValueError as exc:
             raise fail(f"block {blocks}: {exc}") from exc
-        pos = start + block_len + payload
+        results += block.get(2, 0)
+        pos = start + block_len + block.get(5, 0)
         if pos > len(data):
             raise fail(f"block {blocks} payload runs {pos - len(data)} bytes past the end of the file")
         blocks += 1
     if blocks == 0:
         raise TraceFormatError(path, "is an Nsight Compute report header with no result blocks",
                                "the file holds no profiled kernels; profile again")
-    return version
+    return version, results
 
 
 def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any]) -> TraceTables:
