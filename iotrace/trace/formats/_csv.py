@@ -24,7 +24,10 @@ def read_rows(path: Path, gzipped: bool) -> list[list[str]]:
         raise TraceFormatError(path, f"is not UTF-8 text at byte {exc.start}", "the file is damaged") from exc
     if "\x00" in text:
         raise TraceFormatError(path, "holds NUL bytes, which no CSV export writes", "the file is damaged")
-    return [row for row in csv.reader(io.StringIO(text)) if row]
+    try:
+        return [row for row in csv.reader(io.StringIO(text)) if row]
+    except csv.Error as exc:
+        raise TraceFormatError(path, f"is not well-formed CSV ({exc})", "the file is damaged") from exc
 
 
 def find_header(rows: list[list[str]], needed: set[str]) -> int | None:

@@ -15,6 +15,7 @@ Both schemas are read through the field maps in ``iotrace/data/trace_fields.toml
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pandas as pd
@@ -28,6 +29,8 @@ from iotrace.trace.parser import Head, TraceParser, read_bytes
 from iotrace.trace.tables import TraceTables, build
 
 PROFILER_RANGE = "cuda_profiler_range"
+#: Microseconds since the epoch reach ~1.8e15 in 2027; beyond 1e17 a timestamp is damage, not time.
+_TIME_LIMIT_US = 1e17
 
 
 def _reject_constant(name: str) -> float:
@@ -171,6 +174,9 @@ def _time(path: Any, event: dict[str, Any], index: int) -> tuple[float, float]:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise TraceFormatError(path, f"traceEvents[{index}] has {label}={value!r}, not a number",
                                    "the file is damaged")
+        if not math.isfinite(value) or abs(value) > _TIME_LIMIT_US:
+            raise TraceFormatError(path, f"traceEvents[{index}] has {label}={value!r}: infinite, or beyond any real "
+                                         "timestamp", "the file is damaged")
     if dur < 0:
         raise TraceFormatError(path, f"traceEvents[{index}] has a negative duration ({dur})", "the file is damaged")
     return ts, dur * 1000.0

@@ -52,6 +52,7 @@ class NcuRepParser(TraceParser):
             raise TraceToolError(path, "reading Nsight Compute reports needs NVIDIA's ncu_report module",
                                  "pip install 'iotrace[nsight]' (PyPI ncu-report), or export with "
                                  "ncu --import FILE --csv --page raw > FILE.csv") from exc
+        _probe_in_child(path, ncu_report)
         try:
             with _native_stderr_quiet():
                 context = ncu_report.load_report(str(path))
@@ -73,6 +74,34 @@ class NcuRepParser(TraceParser):
         if version is None:
             meta["notes"].append("the report does not state its Nsight Compute version (2019-era file)")
         return _read(path, context, ncu_report, meta)
+
+
+def _probe_in_child(path: Path, ncu_report: Any) -> None:
+    """Read the whole report once in a forked child: a damaged report can abort ncu_report's native code, which
+    would end this process with no message. The fuzz test found such files; a fork costs milliseconds."""
+    if not hasattr(os, "fork"):
+        return
+    pid = os.fork()
+    if pid == 0:  # the child: read every metric, then leave without running any Python cleanup
+        code = 0
+        try:
+            with _native_stderr_quiet():
+                context = ncu_report.load_report(str(path))
+                for r in range(context.num_ranges()):
+                    rng = context.range_by_idx(r)
+                    for a in range(rng.num_actions()):
+                        action = rng.action_by_idx(a)
+                        for name in action.metric_names():
+                            metric = action.metric_by_name(name)
+                            if metric is not None and metric.kind() != ncu_report.IMetric.ValueKind_STRING:
+                                metric.as_double()
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise TraceFormatError(path, f"makes NVIDIA's ncu_report crash (signal {os.WTERMSIG(status)}) while reading it",
+                               "the report is damaged; export it again")
 
 
 @contextmanager
