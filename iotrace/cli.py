@@ -209,6 +209,8 @@ def _mapping(text: str) -> dict[str, int | bool]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise argparse.ArgumentTypeError(f"{item!r} is not KEY=VALUE (e.g. M=4096,N=4096)")
+        if key.strip() in out:
+            raise argparse.ArgumentTypeError(f"{key.strip()} is given twice in {text!r}")
         value = value.strip().lower()
         if value in ("true", "false"):
             out[key.strip()] = value == "true"
@@ -268,9 +270,20 @@ def _console():
 
 def _emit(args: argparse.Namespace, data: Any, draw: Callable[[], None]) -> None:
     if getattr(args, "json", False):
-        print(json.dumps(data, indent=2, default=_json_default, allow_nan=False))
+        print(json.dumps(_finite_json(data), indent=2, default=_json_default, allow_nan=False))
     else:
         draw()
+
+
+def _finite_json(value: Any) -> Any:
+    """JSON has no NaN or infinity: a number that is not finite is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -111,6 +112,9 @@ def _cc_number(cc: str | tuple[int, int]) -> int:
 
 #: The environment of a compile worker: real @triton.jit functions, and a recompile every time so ptxas
 #: prints its log (Triton's own cache would skip ptxas).
+#: A compile that takes longer than this (a 1024x1024 tile, say) is abandoned as a config error.
+COMPILE_TIMEOUT_S = 180
+
 _WORKER_ENV = {"TRITON_INTERPRET": "0", "TRITON_ALWAYS_COMPILE": "1", "TRITON_DUMP_PTXAS_LOG": "1",
                "TRITON_DEFAULT_FP_FUSION": "1"}
 
@@ -148,8 +152,8 @@ def _compile_triton(unit: TritonUnit, cc_number: int) -> Resources:
         with contextlib.redirect_stdout(log):
             compiled = triton.compile(source, target=GPUTarget("cuda", cc_number, 32),
                                       options={"num_warps": unit.num_warps, "num_stages": unit.num_stages})
-    except Exception as exc:  # the compiler's own failure, kept whole for the user
-        raise CompileError(f"{unit.function} does not compile for sm_{cc_number}: {str(exc).strip()[:300]}",
+    except Exception as exc:  # the compiler's own failure: its last line is the cause, on one line
+        raise CompileError(f"{unit.function} does not compile for sm_{cc_number}: {_last_line(exc)}",
                            "try a smaller tile or fewer stages") from None
     parsed = parse_ptxas_log(log.getvalue())
     return Resources(target=f"sm_{cc_number}", kernel=unit.function, registers=parsed["registers"],
@@ -157,6 +161,12 @@ def _compile_triton(unit: TritonUnit, cc_number: int) -> Resources:
                      spill_stores=parsed["spill_stores"], spill_loads=parsed["spill_loads"],
                      stack_bytes=parsed["stack_bytes"], barriers=parsed["barriers"],
                      threads_per_block=unit.threads_per_block, grid=unit.grid, compiler=f"triton {triton.__version__}")
+
+
+def _last_line(exc: BaseException) -> str:
+    text = getattr(exc, "error_message", None) or str(exc)
+    lines = [" ".join(line.split()) for line in str(text).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 # --- CUDA C++ ------------------------------------------------------------------------------------------------
@@ -201,12 +211,22 @@ def _compile_cuda(unit: CudaUnit, cc_number: int) -> Resources:
 # --- cache and fan-out ---------------------------------------------------------------------------------------
 
 
+#: Bumped when what a cache entry holds or how it is parsed changes.
+CACHE_SCHEMA = "2"
+
+
+@functools.cache
+def _nvcc_version() -> str:
+    done = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True)
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "unknown"
+
+
 def _compiler_version(unit: TritonUnit | CudaUnit) -> str:
     if isinstance(unit, CudaUnit):
-        return "nvcc:" + (shutil.which("nvcc") or "")
+        return "nvcc:" + _nvcc_version()
     from importlib.metadata import version
 
-    return "triton:" + version("triton")
+    return "triton:" + version("triton") + ":" + os.environ.get("TRITON_PTXAS_PATH", "")
 
 
 def _cache_key(unit: TritonUnit | CudaUnit, cc_number: int) -> str:
@@ -216,7 +236,8 @@ def _cache_key(unit: TritonUnit | CudaUnit, cc_number: int) -> str:
         fields = json.dumps(asdict(unit), sort_keys=True, default=str).encode()
     else:
         source, fields = unit.source.encode(), json.dumps(asdict(unit), sort_keys=True, default=str).encode()
-    digest = hashlib.sha256(source + fields + _compiler_version(unit).encode() + str(cc_number).encode())
+    digest = hashlib.sha256(source + fields + _compiler_version(unit).encode() + str(cc_number).encode()
+                            + CACHE_SCHEMA.encode())
     return digest.hexdigest()[:32]
 
 
@@ -273,10 +294,18 @@ def compile_resources(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, i
 
 def _run_worker(units: list[TritonUnit], cc_number: int) -> list[dict[str, Any]]:
     job = json.dumps({"cc": cc_number, "units": [asdict(u) for u in units]})
-    done = subprocess.run([sys.executable, "-m", "iotrace.compile_info"], input=job, capture_output=True, text=True,
-                          env={**os.environ, **_WORKER_ENV})
+    # The worker sees this process's sys.path, so a plugin module found only through it imports there too.
+    env = {**os.environ, **_WORKER_ENV, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "iotrace.compile_info"], input=job, capture_output=True,
+                              text=True, env=env, timeout=COMPILE_TIMEOUT_S * len(units))
+    except subprocess.TimeoutExpired:
+        raise CompileError(f"compiling {', '.join(u.function for u in units)} for sm_{cc_number} took over "
+                           f"{COMPILE_TIMEOUT_S} s per kernel", "the config is likely far too large: pick smaller "
+                           "tiles") from None
     if done.returncode != 0:
-        raise CompileError(f"the Triton compile worker failed: {done.stderr.strip()[-400:]}",
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise CompileError(f"the Triton compile worker failed: {' '.join((lines or ['no output'])[-1].split())}",
                            "run `python -m iotrace.compile_info` by hand to see the whole error")
     return json.loads(done.stdout.strip().splitlines()[-1])
 

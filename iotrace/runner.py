@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,13 +20,13 @@ from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.kernels.backend import device, interpreting
 from iotrace.occupancy import OccupancyResult, occupancy
 from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
-from iotrace.trace.nvtx_ranges import kernel_range
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
     "Check",
+    "Comparison",
     "ConfigError",
     "Roofline",
     "RunResult",
@@ -52,6 +53,7 @@ class Check:
     max_err_over_tolerance: float | None = None
     where: str = ""
     note: str = ""
+    unwritten: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,7 @@ def resolve_config(spec: KernelSpec, shape: Shape, dtype: str, card: Card, backe
     """The card's default config with ``overrides`` applied; unknown keys are refused."""
     base = spec.default_config(shape, dtype, card, backend)
     if overrides:
-        spec.check_config(overrides, list(base))
-        base = {**base, **overrides}
+        base = {**base, **spec.check_config(overrides, shape, dtype, card, backend)}
     return base
 
 
@@ -156,11 +157,23 @@ def static_analysis(spec: KernelSpec, shape: Shape, dtype: str, config: Config, 
     return resources, occ, waves
 
 
-def check_outputs(spec: KernelSpec, dtype: str, outputs: dict[str, torch.Tensor],
-                  expected: dict[str, torch.Tensor]) -> tuple[bool, float, float, str]:
-    """Compare element-wise within the spec's tolerance; NaN (an unwritten poisoned element) always fails."""
+@dataclass(frozen=True)
+class Comparison:
+    """Outputs against the reference: the worst finite error, and elements left unwritten (still NaN)."""
+
+    ok: bool
+    max_abs_err: float | None
+    max_err_over_tolerance: float | None
+    unwritten: int
+    where: str
+
+
+def check_outputs(spec: KernelSpec, dtype: str, outputs: Mapping[str, torch.Tensor],
+                  expected: Mapping[str, torch.Tensor]) -> Comparison:
+    """Compare element-wise within the spec's tolerance; a NaN (a poisoned element never written) always fails."""
     tol = spec.tolerance(dtype)
-    worst_abs, worst_ratio, where, ok = 0.0, 0.0, "", True
+    worst_abs = worst_ratio = None
+    unwritten, where, ok = 0, "", True
     for name, ref in expected.items():
         got = outputs[name].float().cpu()
         ref = ref.float().cpu()
@@ -171,34 +184,33 @@ def check_outputs(spec: KernelSpec, dtype: str, outputs: dict[str, torch.Tensor]
             ok = False
             index = tuple(int(i) for i in bad.nonzero()[0])
             where = where or f"{name}{list(index)}: got {got[index].item():.6g}, expected {ref[index].item():.6g}"
-        finite = err[~err.isnan()]
-        if finite.numel():
-            worst_abs = max(worst_abs, finite.max().item())
-            worst_ratio = max(worst_ratio, (finite / allowed[~err.isnan()]).max().item())
-        if err.isnan().any():
-            worst_abs = worst_ratio = math.inf
-    return ok, worst_abs, worst_ratio, where
+        missing = err.isnan()
+        unwritten += int(missing.sum())
+        if (~missing).any():
+            worst_abs = max(worst_abs or 0.0, err[~missing].max().item())
+            worst_ratio = max(worst_ratio or 0.0, (err[~missing] / allowed[~missing]).max().item())
+    if unwritten:
+        where = f"{unwritten} output elements never written (still NaN); first bad: {where}"
+    return Comparison(ok, worst_abs, worst_ratio, unwritten, where)
 
 
 def _check(spec: KernelSpec, shape: Shape, dtype: str, config: Config, backend: str, seed: int,
-           budget: int) -> tuple[Check, dict | None, dict | None]:
+           budget: int) -> tuple[Check, dict, dict]:
     import torch
 
-    if interpreting() and backend != "triton":
-        return Check(False, None, shape, None, note=f"the {backend} backend needs a GPU; no check ran here"), None, None
     checked = spec.reduce_shape(shape, budget) if interpreting() else shape
     inputs = spec.make_inputs(checked, dtype, device(), seed)
     outputs = spec.make_outputs(inputs)
     for out in outputs.values():
         out.fill_(math.nan) if out.is_floating_point() else out.fill_(-1)  # poison: unwritten elements show up
-    with kernel_range(spec.name, config):
-        spec.launch(inputs, outputs, config, backend)
+    spec.launch(inputs, outputs, config, backend)
     if not interpreting():
         torch.cuda.synchronize()
-    ok, worst_abs, ratio, where = check_outputs(spec, dtype, outputs, spec.reference(inputs))
+    found = check_outputs(spec, dtype, outputs, spec.reference(inputs))
     note = "" if checked == shape else (f"interpreted on a reduced shape {checked}: the full shape would take too "
                                         "long under the Triton interpreter")
-    return Check(True, ok, checked, seed, worst_abs, ratio, where, note), inputs, outputs
+    return (Check(True, found.ok, checked, seed, found.max_abs_err, found.max_err_over_tolerance, found.where, note,
+                  found.unwritten), inputs, outputs)
 
 
 def _time(spec: KernelSpec, inputs: dict, outputs: dict, config: Config, backend: str, cost: Cost,
@@ -207,15 +219,15 @@ def _time(spec: KernelSpec, inputs: dict, outputs: dict, config: Config, backend
     import triton.testing
 
     def call() -> None:
-        with kernel_range(spec.name, config):
-            spec.launch(inputs, outputs, config, backend)
+        spec.launch(inputs, outputs, config, backend)
 
     quantiles = [0.5, 0.2, 0.8]
     median, p20, p80 = triton.testing.do_bench(call, quantiles=quantiles)
     method = "triton.testing.do_bench (L2 flushed, median)"
     if median < 0.05:  # under 50 µs launch overhead matters: replay a CUDA graph instead
         median, p20, p80 = triton.testing.do_bench_cudagraph(call, quantiles=quantiles)
-        method = "triton.testing.do_bench_cudagraph (median)"
+        # The graph replays back to back: the data may sit in L2, so a small kernel can beat the DRAM floor.
+        method = "triton.testing.do_bench_cudagraph (median; L2 warm between replays)"
     seconds = median * 1e-3
     return Timing(median * 1e3, p20 * 1e3, p80 * 1e3, cost.flops / seconds / 1e12, cost.bytes / seconds / 1e9,
                   100.0 * roofline.floor_us / (median * 1e3), method)
@@ -232,18 +244,27 @@ def run(spec: KernelSpec, shape: Shape, dtype: str, card: Card, *, backend: str 
     cost = spec.cost(shape, dtype)
     roofline = _roofline(cost, card)
     resources, occ, waves = static_analysis(spec, shape, dtype, config, card, backend)
-    mode = "interpreter" if interpreting() else "gpu"
     seed = secrets.randbits(31) if seed is None else seed
-    notes = []
+    notes: list[str] = []
     timing = None
-    if check:
-        result, inputs, outputs = _check(spec, shape, dtype, config, backend, seed, spec.interpreter_budget)
-        if mode == "gpu" and inputs is not None:
-            timing = _time(spec, inputs, outputs, config, backend, cost, roofline)
-    else:
-        result = Check(False, None, shape, None, note="check skipped (--no-check)")
-    if mode == "interpreter":
+    if interpreting() and backend != "triton":
+        mode = "static"
+        result = Check(False, None, shape, None, note=f"the {backend} backend needs a GPU; no check ran here")
+        notes.append("No GPU: cost, roofline, resources and occupancy only.")
+    elif interpreting():
+        mode = "interpreter"
+        result = (_check(spec, shape, dtype, config, backend, seed, spec.interpreter_budget)[0] if check else
+                  Check(False, None, shape, None, note="check skipped (--no-check)"))
         notes.append("Triton interpreter on the CPU: correctness only, no timing (interpreted speed says nothing "
                      "about a GPU).")
+    else:
+        mode = "gpu"
+        if check:
+            result, inputs, outputs = _check(spec, shape, dtype, config, backend, seed, spec.interpreter_budget)
+        else:
+            result = Check(False, None, shape, None, note="check skipped (--no-check)")
+            inputs = spec.make_inputs(shape, dtype, device(), seed)
+            outputs = spec.make_outputs(inputs)
+        timing = _time(spec, inputs, outputs, config, backend, cost, roofline)
     return RunResult(spec.name, backend, dtype, shape, config, card.key, mode, cost, roofline, resources, occ,
                      waves, result, timing, notes)

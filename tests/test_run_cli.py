@@ -43,7 +43,7 @@ def test_run_cuda_backend_on_cpu_reports_resources_and_why_no_check() -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not installed: CUDA C++ resources need it")
     out = _run_json("rmsnorm", "--backend", "cuda", "--card", "h100", "--shape", "rows=64,hidden=4096")
-    assert out["correct"] is None and "needs a GPU" in out["check"]["note"]
+    assert out["correct"] is None and "needs a GPU" in out["check"]["note"] and out["mode"] == "static"
     assert out["resources"][0]["compiler"].startswith("nvcc") and out["registers"] > 0
 
 
@@ -53,6 +53,15 @@ def test_run_attention_presets(kernel: str, preset: str) -> None:
     out = _run_json(kernel, "--preset", preset, "--dtype", "bf16", "--card", "h200")
     assert out["correct"] is True and out["resources"][0]["target"] == "sm_90"
     assert out["bound"] == ("compute" if kernel.endswith("prefill") else "memory")
+
+
+def test_run_accepts_a_config_inside_the_space() -> None:
+    out = _run_json("gemm", "--card", "h100", "--preset", "square-4096", "--config",
+                    "BLOCK_M=64,BLOCK_N=64,BLOCK_K=32,GROUP_M=4,USE_TMA=1,num_stages=2")
+    assert out["config"]["USE_TMA"] is True and out["config"]["GROUP_M"] == 4 and out["correct"] is True
+    assert out["resources"][0]["kernel"] == "_gemm_tma_kernel"
+    # The preset is checked on a reduced shape whose N and K stay 16-byte aligned for the descriptors.
+    assert out["check"]["shape"]["K"] % 16 == 0 and out["check"]["shape"]["N"] % 16 == 0
 
 
 def test_run_human_output_labels_its_numbers() -> None:
@@ -80,6 +89,17 @@ BAD = [
     (["run", "gemm", "--card", "h100", "--shape", "M=4,N=4,K=0"], "K=0 must be"),
     (["run", "gemm", "--card", "h100", "--shape", "M4"], "'M4' is not KEY=VALUE"),
     (["run", "gemm", "--card", "h100", "--config", "BLOCK_Q=4"], "gemm has no tuning parameter BLOCK_Q"),
+    (["run", "gemm", "--card", "h100", "--config", "BLOCK_M=0"], "gemm BLOCK_M=0 is not valid for this shape"),
+    (["run", "gemm", "--card", "h100", "--config", "BLOCK_M=3"], "gemm BLOCK_M=3 is not valid"),
+    (["run", "gemm", "--card", "h100", "--config", "GROUP_M=0"], "gemm GROUP_M=0 is not valid"),
+    (["run", "gemm", "--card", "h100", "--config", "USE_TMA=5"], "gemm USE_TMA=5 is not valid"),
+    (["run", "gemm", "--card", "a100", "--preset", "square-4096", "--config", "USE_TMA=1"],
+     "gemm USE_TMA=True is not valid for this shape on NVIDIA A100"),
+    (["run", "gemm", "--card", "h100", "--config", "USE_TMA=1"], "gemm USE_TMA=True is not valid for this shape"),
+    (["run", "gemm", "--card", "h100", "--config", "num_warps=64"], "gemm num_warps=64 is not valid"),
+    (["run", "rmsnorm", "--card", "h100", "--backend", "cuda", "--config", "BLOCK_THREADS=48"],
+     "rmsnorm BLOCK_THREADS=48 is not valid"),
+    (["run", "gemm", "--card", "h100", "--shape", "M=64,M=32,N=4,K=4"], "M is given twice"),
     (["run", "gemm", "--card", "a10g", "--preset", "square-4096", "--config",
       "BLOCK_M=256,BLOCK_N=128,BLOCK_K=128,num_stages=5"],
      "cannot launch on NVIDIA A10G"),

@@ -55,7 +55,7 @@ def _decode_split_kernel(
 ):
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
-    seq = pid_bh // KV_HEADS
+    seq = (pid_bh // KV_HEADS).to(tl.int64)  # 64-bit: seq · stride_kb passes 2^31 for 32 sequences of 32k at H_kv 16
     kv_head = pid_bh % KV_HEADS
     length = tl.load(lens_ptr + seq)
     # Each split takes a whole number of key blocks; the last splits of a short sequence may get none.
@@ -112,7 +112,7 @@ def _decode_combine_kernel(
     HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    seq = pid // HEADS
+    seq = (pid // HEADS).to(tl.int64)
     head = pid % HEADS
     splits = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -238,7 +238,7 @@ class DecodeSpec(KernelSpec):
             lses.append(lse[:, 0])
         return {"out": torch.stack(outs), "lse": torch.stack(lses)}
 
-    def launch(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+    def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
                backend: str = "triton") -> None:
         flash_decode(inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["context_lens"], outputs["out"],
                      outputs["lse"], config)

@@ -56,10 +56,11 @@ def _prefill_kernel(
     seq = pid_bh // H
     head = pid_bh % H
     kv_head = head // GROUP
-    q_start = tl.load(cu_q_ptr + seq)
-    q_len = tl.load(cu_q_ptr + seq + 1) - q_start
-    k_start = tl.load(cu_k_ptr + seq)
-    k_len = tl.load(cu_k_ptr + seq + 1) - k_start
+    # 64-bit token offsets: token · stride reaches 2^31 for long packed batches (1M tokens x 32 heads x 128).
+    q_start = tl.load(cu_q_ptr + seq).to(tl.int64)
+    q_len = (tl.load(cu_q_ptr + seq + 1) - q_start).to(tl.int32)
+    k_start = tl.load(cu_k_ptr + seq).to(tl.int64)
+    k_len = (tl.load(cu_k_ptr + seq + 1) - k_start).to(tl.int32)
     if pid_m * BLOCK_M >= q_len:  # the grid covers the longest sequence; shorter ones end early
         return
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -85,8 +86,9 @@ def _prefill_kernel(
         key_ok = offs_n < k_len
         if USE_TMA:
             # Rows past this sequence belong to the next one (or are zero past the tensor): masked below.
-            k = tl.trans(k_desc.load([k_start + start_n, kv_head * HEAD_DIM]))
-            v = v_desc.load([k_start + start_n, kv_head * HEAD_DIM])
+            row = (k_start + start_n).to(tl.int32)  # TMA coordinates are 32-bit
+            k = tl.trans(k_desc.load([row, kv_head * HEAD_DIM]))
+            v = v_desc.load([row, kv_head * HEAD_DIM])
         else:
             k = tl.load(k_ptr + (k_start + offs_n)[None, :] * stride_kt + kv_head * stride_kh + offs_d[:, None],
                         mask=key_ok[None, :], other=0.0)
@@ -229,7 +231,7 @@ class PrefillSpec(KernelSpec):
             lses.append(lse)
         return {"out": torch.cat(outs), "lse": torch.cat(lses, dim=1)}
 
-    def launch(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+    def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
                backend: str = "triton") -> None:
         cu = inputs["cu_seqlens"]
         max_len = int((cu[1:] - cu[:-1]).max())

@@ -5,7 +5,11 @@ once: (M·K + K·N)·in + M·N·out (+ N·out for the bias). At 4096³ fp16 that
 1.007e8 bytes, 1365 FLOP/B: far right of every card's ridge, so compute-bound.
 
 Two kernels share one tile order: a pointer-arithmetic kernel with masks (any M, N, K, every CC) and a
-tensor-descriptor kernel (TMA on sm_90, where it is part of the tuning space). Programs walk the output
+tensor-descriptor kernel (TMA on sm_90, where it is part of the tuning space).
+
+Known limit: fp8 on sm_90 keeps B row-major (K, N), while wgmma wants fp8 B K-major, so Triton stages B
+through registers, and fp8 dots use Triton's default Hopper accumulation (max_num_imprecise_acc); both are
+for the autotuner and the GPU validation to measure. Programs walk the output
 in groups of GROUP_M tile rows so the A rows and B columns a group needs stay in L2 (the "grouped
 ordering" of the Triton matmul tutorial, python/tutorials/03-matrix-multiplication.py).
 """
@@ -35,6 +39,7 @@ _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8e4m3": torch
 # fp8 products are written in bf16: fp8 output would lose the fp32 accumulation the kernel pays for.
 _OUT_DTYPES = {"fp16": "fp16", "bf16": "bf16", "fp8e4m3": "bf16"}
 _TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp8e4m3": "fp8e4nv"}
+_DTYPE_NAMES = {t: name for name, t in _TORCH_DTYPES.items()}
 
 
 # --- Triton kernels -------------------------------------------------------------------------------------------
@@ -67,8 +72,9 @@ def _gemm_kernel(
     GROUP_M: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid_m, pid_n = _tile_index(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # 64-bit row and column offsets: an LM-head GEMM (32k tokens x 128k vocabulary) has M·N past 2^31.
+    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
@@ -149,8 +155,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
     bias_arg = bias if bias is not None else c  # never read when HAS_BIAS is False
     grid = _grid(M, N, config)[:1]
     if config.get("USE_TMA"):
-        if not (a.is_contiguous() and b.is_contiguous() and c.is_contiguous()):
-            raise InvalidValueError("the TMA gemm needs contiguous row-major A, B and C", "use USE_TMA=0")
+        aligned = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (a, b, c))
+        if not aligned or not _tma_aligned(M, N, K, _DTYPE_NAMES[a.dtype]):
+            raise InvalidValueError(f"the TMA gemm needs contiguous, 16-byte aligned rows; got M={M}, N={N}, K={K} "
+                                    f"in {_DTYPE_NAMES[a.dtype]}", "use USE_TMA=0, or N and K multiples of 16 bytes")
         if not interpreting():
             triton.set_allocator(_tma_allocator)
         _gemm_tma_kernel[grid](a, b, c, bias_arg, M, N, K, **meta)
@@ -191,6 +199,19 @@ class GemmSpec(KernelSpec):
     space_keys: ClassVar[tuple[str, ...]] = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
                                              "USE_TMA")
 
+    #: GROUP_M values a user may set beyond the swept 8, and the smallest BLOCK_K tl.dot takes.
+    extra_config_values: ClassVar[dict[str, tuple]] = {"GROUP_M": (1, 2, 4, 16), "BLOCK_K": (16,)}
+
+    def reduce_shape(self, shape: Shape, max_elements: int) -> Shape:
+        """Reduced as usual, then N and K rounded to an odd multiple of 16: 16-byte aligned rows for every dtype
+        (so a TMA config still runs), yet ragged against blocks of 32 and more."""
+        small = super().reduce_shape(shape, max_elements)
+        if small == shape:
+            return small
+        for key in ("N", "K"):
+            small[key] = 16 * ((small[key] // 16) | 1)
+        return small
+
     def make_inputs(self, shape: Shape, dtype: str, device: str, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator(device="cpu").manual_seed(seed)
         M, N, K = shape["M"], shape["N"], shape["K"]
@@ -213,7 +234,7 @@ class GemmSpec(KernelSpec):
             c = c + inputs["bias"].float()
         return {"c": c}
 
-    def launch(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+    def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
                backend: str = "triton") -> None:
         gemm(inputs["a"], inputs["b"], outputs["c"], inputs.get("bias"), config)
 

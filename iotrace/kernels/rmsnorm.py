@@ -103,11 +103,21 @@ def _cupy_module():
 
 def _rmsnorm_cuda(x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, y: torch.Tensor, s: torch.Tensor | None,
                   threads: int) -> None:
+    if x.dtype not in (torch.float16, torch.bfloat16) or threads % 32 or not 32 <= threads <= 1024:
+        raise InvalidValueError(f"the CUDA rmsnorm takes fp16/bf16 and 32..1024 threads in whole warps, got "
+                                f"{x.dtype} and {threads}", "use BLOCK_THREADS of 64, 128, 256, 512 or 1024")
+    if x.shape[1] >= 2**31 or not all(t.is_contiguous() for t in (x, w, y, *(t for t in (r, s) if t is not None))):
+        raise InvalidValueError("the CUDA rmsnorm needs contiguous rows of fewer than 2^31 elements",
+                                "pass .contiguous() tensors")
+    import cupy
+
     kernel = _cupy_module().get_function(_cuda_kernel_name(x.dtype, r is not None))
     rows, n = x.shape
     # Raw device pointers as 64-bit scalars: CuPy has no bf16 dtype to wrap the tensors in.
     pointers = [np.uint64(t.data_ptr()) if t is not None else np.uint64(0) for t in (x, r, w, y, s)]
-    kernel((rows,), (threads,), (*pointers, np.int32(n), np.float32(EPS)))
+    # On torch's current stream, so timing, ordering and CUDA-graph capture see the launch.
+    with cupy.cuda.Device(x.device.index), cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+        kernel((rows,), (threads,), (*pointers, np.int32(n), np.float32(EPS)))
 
 
 # --- launcher -------------------------------------------------------------------------------------------------
@@ -204,7 +214,7 @@ class RMSNormSpec(KernelSpec):
         out["y"] = (base * rstd * inputs["w"].double()).float()
         return out
 
-    def launch(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+    def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
                backend: str = "triton") -> None:
         rmsnorm(inputs["x"], inputs["w"], outputs["y"], inputs.get("r"), outputs.get("s"), config, backend)
 
@@ -231,7 +241,8 @@ class RMSNormSpec(KernelSpec):
     def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
         if backend == "cuda":
             return {"BLOCK_THREADS": 256 if shape["hidden"] >= 2048 else 128}
-        return {"num_warps": _default_warps(self._block(shape))}
+        block = self._block(shape)
+        return {"num_warps": min(_default_warps(block), max(1, block // 32))}  # at least one element per lane
 
     def _block(self, shape: Shape) -> int:
         block = triton.next_power_of_2(shape["hidden"])

@@ -163,15 +163,15 @@ class KernelSpec(ABC):
         return out
 
     def reduce_shape(self, shape: Shape, max_elements: int) -> Shape:
-        """A shape of the same kind small enough to check under the interpreter (each dim scaled down, kept ragged)."""
+        """A shape of the same kind small enough to check under the interpreter: halve the largest dimension until
+        the product of the dims fits ``max_elements``, keeping every reduced size odd (ragged against every block)."""
         dims = {k: v for k, v in shape.items() if k not in self.shape_flags}
-        total = math.prod(dims.values())
-        if total <= max_elements:
+        if math.prod(dims.values()) <= max_elements:
             return dict(shape)
-        scale = (max_elements / total) ** (1 / len(dims))
-        # Odd sizes keep the reduced shape ragged against every power-of-two block.
-        small = {k: max(1, int(v * scale)) | 1 for k, v in dims.items()}
-        return {**shape, **small}
+        while math.prod(dims.values()) > max_elements and max(dims.values()) > 1:
+            key = max(dims, key=dims.__getitem__)
+            dims[key] = max(1, (dims[key] // 2) | 1)
+        return {**shape, **dims}
 
     def check_dtype(self, dtype: str) -> str:
         if dtype not in self.dtypes:
@@ -194,9 +194,21 @@ class KernelSpec(ABC):
         """The expected outputs, computed in torch with fp32 (or wider) accumulation."""
 
     @abstractmethod
+    def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+                      backend: str = "triton") -> None:
+        """Run the kernel once, writing into ``outputs`` (the raw launch; call :meth:`launch`)."""
+
     def launch(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
                backend: str = "triton") -> None:
-        """Run the kernel once, writing into ``outputs``. The runner wraps this in the NVTX range."""
+        """Run the kernel once inside the NVTX range ``iotrace/<name>``, the config in a nested range.
+
+        Profilers filter on that range (``ncu --nvtx-include``, the nsys timeline report), so every launch
+        iotrace makes, for checking, timing or tuning, goes through here.
+        """
+        from iotrace.trace.nvtx_ranges import kernel_range
+
+        with kernel_range(self.name, config):
+            self.launch_kernel(inputs, outputs, config, backend)
 
     @abstractmethod
     def tolerance(self, dtype: str) -> Tolerance:
@@ -221,10 +233,35 @@ class KernelSpec(ABC):
                       backend: str = "triton") -> Sequence[TritonUnit | CudaUnit]:
         """The launches one call makes, for static compilation (registers, shared memory, occupancy)."""
 
-    def check_config(self, config: Mapping[str, Any], space_keys: Sequence[str]) -> Config:
-        """Refuse a config with unknown keys; fill none in (the caller merges it onto the default)."""
-        unknown = [k for k in config if k not in space_keys]
+    #: Values a config may take beyond those in :meth:`space` (e.g. a GROUP_M the space does not sweep).
+    extra_config_values: ClassVar[dict[str, tuple[Any, ...]]] = {}
+
+    def check_config(self, config: Mapping[str, Any], shape: Shape, dtype: str, card: Card,
+                     backend: str = "triton") -> Config:
+        """Refuse a config whose keys or values the space for this shape and card does not hold.
+
+        Every value must appear for its key somewhere in :meth:`space` (or in :attr:`extra_config_values`): that
+        keeps out block sizes the kernel cannot tile, tensor-memory features the card lacks and misaligned TMA.
+        """
+        space = self.space(shape, dtype, card, backend)
+        allowed: dict[str, set[Any]] = {}
+        for candidate in space:
+            for key, value in candidate.items():
+                allowed.setdefault(key, set()).add(value)
+        for key, values in self.extra_config_values.items():
+            allowed.setdefault(key, set()).update(values)
+        unknown = [k for k in config if k not in allowed]
         if unknown:
             raise InvalidValueError(f"{self.name} has no tuning parameter {', '.join(unknown)}",
-                                    f"its parameters are {', '.join(space_keys)}")
-        return dict(config)
+                                    f"its parameters are {', '.join(allowed)}")
+        checked = {}
+        for key, value in config.items():
+            switch = all(isinstance(v, bool) for v in allowed[key])
+            if switch and not isinstance(value, bool) and value in (0, 1):
+                value = bool(value)  # USE_TMA=1 on the command line means True
+            if value not in allowed[key] or isinstance(value, bool) != switch:
+                options = ", ".join(str(v) for v in sorted(allowed[key], key=lambda v: (str(type(v)), v)))
+                raise InvalidValueError(f"{self.name} {key}={value!r} is not valid for this shape on {card.name}",
+                                        f"use one of {options}")
+            checked[key] = value
+        return checked

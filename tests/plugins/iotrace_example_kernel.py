@@ -44,7 +44,7 @@ class ScaleSpec(KernelSpec):
     def reference(self, inputs):
         return {"y": inputs["x"].double() * ALPHA}
 
-    def launch(self, inputs, outputs, config, backend="triton"):
+    def launch_kernel(self, inputs, outputs, config, backend="triton"):
         n = inputs["x"].numel()
         _scale_kernel[(triton.cdiv(n, config["BLOCK"]),)](inputs["x"], outputs["y"], n, ALPHA, BLOCK=config["BLOCK"],
                                                           num_warps=config["num_warps"])

@@ -12,6 +12,7 @@ Every numeric metric of every launch lands in ``metrics``; launch and occupancy 
 
 from __future__ import annotations
 
+import faulthandler
 import math
 import os
 import re
@@ -83,6 +84,7 @@ def _probe_in_child(path: Path, ncu_report: Any) -> None:
         return
     pid = os.fork()
     if pid == 0:  # the child: read every metric, then leave without running any Python cleanup
+        faulthandler.disable()  # a crash here is the expected outcome of a damaged file, not a report to print
         code = 0
         try:
             with _native_stderr_quiet():
