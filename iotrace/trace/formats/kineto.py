@@ -14,8 +14,13 @@ Both schemas are read through the field maps in ``iotrace/data/trace_fields.toml
 
 from __future__ import annotations
 
+import gc
 import json
 import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from json.decoder import scanstring
 from typing import Any
 
 import pandas as pd
@@ -47,6 +52,11 @@ class KinetoParser(TraceParser):
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path
+        fast = _read_streamed(path, read_bytes(path, head.gzipped))
+        if fast is not None:
+            return fast
+        # The streamed read declined (damage, an unusual layout): read the file again the plain way, which names
+        # the fault exactly as json and _read see it, syntax errors before event errors.
         try:
             doc = json.loads(read_bytes(path, head.gzipped), parse_constant=_reject_constant)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -62,6 +72,116 @@ class KinetoParser(TraceParser):
         return _read(path, events, meta_doc)
 
 
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, as the json module skips it
+_OLD_CATEGORIES = ("Kernel", "Runtime", "Operator")
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: decoded JSON holds no cycles, and collecting while a large document is
+    built (each pass walks every container made so far) takes about half of ``json.loads``' time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_streamed(path: Any, data: bytes) -> TraceTables | None:
+    """Read a ``{..., "traceEvents": [...], ...}`` document event by event, keeping only the events ``_read`` uses.
+
+    Every byte still passes through json's C scanner (the top-level object and the event list are walked here
+    with json's own grammar), so a damaged file is never taken for a good one; but events that are neither
+    kernels, runtime calls, ranges nor transfers (CPU ops, flows: most of a trace) are dropped as soon as they are
+    decoded instead of being held in one large list, which saves time and memory. Returns None, never raises, when
+    the file is anything but a well-formed trace that ``_read`` accepts: the caller then reads it the plain way
+    and reports the fault as it always has.
+    """
+    try:
+        with _gc_paused():
+            text = data.decode(json.detect_encoding(data), "surrogatepass")
+            del data
+            found = _scan(text)
+            del text
+            if found is None:
+                return None
+            doc, events, old = found
+            return _read(path, events, doc, schema="2021" if old or "computeProperties" in doc else "1")
+    except (StopIteration, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError,
+            TraceFormatError):
+        return None
+
+
+def _scan(text: str) -> tuple[dict[str, Any], list[dict[str, Any]], bool] | None:
+    """The top-level keys but ``traceEvents``, the X events in categories ``_read`` may use, and whether one of the
+    first 5000 events is in a 2021-schema category; None for anything but one well-formed object with one
+    ``traceEvents`` list."""
+    spec = fields("kineto")
+    wanted = {PROFILER_RANGE, *(cat for group in ("kernel_categories", "runtime_categories", "transfer_categories",
+                                                 "range_categories") for cats in spec[group].values() for cat in cats)}
+    scan = json.JSONDecoder(parse_constant=_reject_constant).scan_once
+    skip = _WHITESPACE.match
+    doc: dict[str, Any] = {}
+    events: list[dict[str, Any]] = []
+    keep = events.append
+    old = False
+    seen = False
+    i = skip(text, 0).end()
+    if text[i:i + 1] != "{":
+        return None
+    i = skip(text, i + 1).end()
+    while text[i:i + 1] == '"':
+        key, i = scanstring(text, i + 1, True)
+        i = skip(text, i).end()
+        if text[i:i + 1] != ":":
+            return None
+        i = skip(text, i + 1).end()
+        if key == "traceEvents":
+            if seen or text[i:i + 1] != "[":
+                return None
+            seen = True
+            i = skip(text, i + 1).end()
+            index = 0
+            if text[i:i + 1] == "]":
+                i += 1
+            else:
+                while True:
+                    event, i = scan(text, i)
+                    if type(event) is not dict:
+                        return None
+                    cat = event.get("cat")
+                    if index < 5000 and not old and cat in _OLD_CATEGORIES:
+                        old = True
+                    if event.get("ph") == "X" and cat in wanted:
+                        keep(event)
+                    index += 1
+                    i = skip(text, i).end()
+                    c = text[i:i + 1]
+                    if c == "]":
+                        i += 1
+                        break
+                    if c != ",":
+                        return None
+                    i = skip(text, i + 1).end()
+        else:
+            doc[key], i = scan(text, i)
+        i = skip(text, i).end()
+        c = text[i:i + 1]
+        if c == "}":
+            i += 1
+            break
+        if c != ",":
+            return None
+        i = skip(text, i + 1).end()
+    else:
+        return None
+    if not seen or skip(text, i).end() != len(text):
+        return None
+    return doc, events, old
+
+
 def _schema(events: list[Any], doc: dict[str, Any]) -> str:
     if "computeProperties" in doc:
         return "2021"
@@ -71,9 +191,9 @@ def _schema(events: list[Any], doc: dict[str, Any]) -> str:
     return "1"
 
 
-def _read(path: Any, events: list[Any], doc: dict[str, Any]) -> TraceTables:
+def _read(path: Any, events: list[Any], doc: dict[str, Any], schema: str | None = None) -> TraceTables:
     spec = fields("kineto")
-    schema = _schema(events, doc)
+    schema = schema or _schema(events, doc)
     kernel_cats = set(spec["kernel_categories"][schema])
     runtime_cats = set(spec["runtime_categories"][schema])
     transfer_cats = set(spec["transfer_categories"][schema])
