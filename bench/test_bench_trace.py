@@ -1,0 +1,294 @@
+"""Trace loading speed and memory against same-run baselines (pytest-benchmark, CPU). Run:
+
+    .venv/bin/python -m pytest bench/test_bench_trace.py --benchmark-json=out/bench_trace.json
+
+Every measurement is a fresh Python process (``python -c``): the benchmark's time is that process's whole wall
+time (start, imports, read, breakdown, exit) and its memory is the process's peak RSS (``ru_maxrss``), so imports
+and the interpreter count for both sides alike. The baseline runs in the ``setup`` of each round, interleaved with
+iotrace, so both see the same machine load; medians, the ratio, both peaks and the target go in extra_info.
+Targets are recorded beside the figures, not asserted (a shared CI machine is too noisy to gate on); what is
+asserted is that iotrace counts every kernel event.
+
+- Kineto JSON (the large corpus traces): ``iotrace.trace.load`` + per-kernel time breakdown against ``json.load``
+  of the gzip + a pandas groupby of the kernel events. Target: faster, with peak memory no higher.
+- Holistic Trace Analysis, same traces: ``TraceAnalysis`` + ``get_gpu_kernel_breakdown``, run with the interpreter
+  in ``IOTRACE_BENCH_HTA_PYTHON`` (a separate venv with ``HolisticTraceAnalysis``; never a project dependency).
+  Target: iotrace >= 5x faster. HTA drops kernels after the last profiler step; the kernels it kept are recorded.
+- Nsight Systems SQLite: a synthesised export (1,000,000 kernels, 100,000 NVTX ranges, the real schema) loaded with
+  names resolved and NVTX joined, against a bare ``pandas.read_sql`` of the kernel table. Target: within 2x, < 2 GB.
+
+``IOTRACE_BENCH_ROUNDS`` sets the rounds per item (default 5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+KINETO = ["v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "v100_sxm2_32gb_ns_resolution_kineto.json.gz",
+          "v100_dgxs_resnet50_tbplugin_kineto.json.gz", "a100_pg509_nccl_kineto.json.gz"]
+ROUNDS = int(os.environ.get("IOTRACE_BENCH_ROUNDS", "5"))
+NSYS_KERNELS = 1_000_000
+NSYS_RANGES = 100_000
+
+# Each script prints one JSON line: what it counted; the caller adds wall time and peak RSS.
+_PEAK = "import resource; peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
+
+IOTRACE_KINETO = """
+import json, sys
+import iotrace.trace
+tables = iotrace.trace.load(sys.argv[1])
+breakdown = tables.kernels.groupby("name", sort=False)["duration_ns"].sum().sort_values(ascending=False)
+""" + _PEAK + """
+print(json.dumps({"kernels": len(tables.kernels), "names": len(breakdown), "total_us": float(breakdown.sum()) / 1e3,
+                  "peak": peak}))
+"""
+
+BARE_KINETO = """
+import gzip, json, sys
+import pandas as pd
+with gzip.open(sys.argv[1], "rt") as handle:
+    doc = json.load(handle)
+events = doc["traceEvents"] if isinstance(doc, dict) else doc
+kernels = pd.DataFrame([e for e in events if isinstance(e, dict) and e.get("cat") in ("kernel", "Kernel")])
+breakdown = kernels.groupby("name", sort=False)["dur"].sum().sort_values(ascending=False)
+""" + _PEAK + """
+print(json.dumps({"kernels": len(kernels), "names": len(breakdown), "total_us": float(breakdown.sum()),
+                  "peak": peak}))
+"""
+
+HTA_KINETO = """
+import json, logging, sys
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+analyzer = TraceAnalysis(trace_dir=sys.argv[2])
+kernel_types, per_kernel = analyzer.get_gpu_kernel_breakdown(visualize=False)
+trace = analyzer.t.get_trace(0)
+symbols = analyzer.t.symbol_table.sym_index
+kernel_cats = [symbols[c] for c in ("kernel", "Kernel") if c in symbols]
+""" + _PEAK + """
+print(json.dumps({"kernels": int(trace["cat"].isin(kernel_cats).sum()), "names": len(per_kernel), "peak": peak}))
+"""
+
+IOTRACE_NSYS = """
+import json, sys
+import iotrace.trace
+tables = iotrace.trace.load(sys.argv[1])
+""" + _PEAK + """
+k = tables.kernels
+print(json.dumps({"kernels": len(k), "named": int(k["name"].notna().sum()), "joined": int(k["nvtx_path"].notna().sum()),
+                  "ranges": len(tables.ranges), "peak": peak}))
+"""
+
+BARE_NSYS = """
+import json, sqlite3, sys
+import pandas as pd
+db = sqlite3.connect(sys.argv[1])
+kernels = pd.read_sql("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL", db)
+""" + _PEAK + """
+print(json.dumps({"kernels": len(kernels), "peak": peak}))
+"""
+
+
+def _run(script: str, *args: str, python: str = sys.executable) -> dict:
+    """Run ``script`` in a fresh process; its JSON line plus ``seconds`` (whole-process wall time)."""
+    start = time.perf_counter()
+    done = subprocess.run([python, "-c", script, *args], capture_output=True, text=True, cwd=ROOT, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode:
+        raise AssertionError(f"{python} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "seconds": seconds}
+
+
+def _versions() -> dict:
+    import numpy
+    import pandas
+
+    import iotrace
+
+    return {"card": "cpu", "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "iotrace": iotrace.__version__, "pandas": pandas.__version__,
+            "numpy": numpy.__version__, "sqlite": sqlite3.sqlite_version, "command": " ".join(sys.argv),
+            "rounds": ROUNDS}
+
+
+def _side_by_side(benchmark, ours: tuple, theirs: tuple) -> tuple[dict, list[dict], list[dict]]:
+    """Benchmark ``ours`` (script, args, python) with ``theirs`` run before each round, untimed by pytest-benchmark.
+
+    Returns the last result of ours and every result of each side.
+    """
+    mine: list[dict] = []
+    other: list[dict] = []
+    benchmark.pedantic(lambda: mine.append(_run(ours[0], *ours[1], python=ours[2])),
+                       setup=lambda: other.append(_run(theirs[0], *theirs[1], python=theirs[2])),
+                       rounds=ROUNDS, iterations=1, warmup_rounds=0)
+    return mine[-1], mine, other
+
+
+def _median(results: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in results)
+
+
+def _corpus_file(name: str) -> Path:
+    path = CORPUS / "kineto" / name
+    if not path.exists():
+        pytest.skip(f"corpus trace {path} is absent (../shared/corpus holds the real exports)")
+    return path
+
+
+@pytest.mark.parametrize("name", KINETO)
+def test_kineto_load_and_breakdown_against_json_and_pandas(benchmark, name: str) -> None:
+    path = str(_corpus_file(name))
+    result, mine, bare = _side_by_side(benchmark, (IOTRACE_KINETO, [path], sys.executable),
+                                       (BARE_KINETO, [path], sys.executable))
+    ours_s, bare_s = _median(mine, "seconds"), _median(bare, "seconds")
+    ours_peak, bare_peak = _median(mine, "peak"), _median(bare, "peak")
+    benchmark.extra_info.update({
+        **_versions(), "trace": name, "iotrace_s": ours_s, "bare_s": bare_s, "speedup_vs_bare": bare_s / ours_s,
+        "iotrace_peak_mb": ours_peak / 2**20, "bare_peak_mb": bare_peak / 2**20,
+        "kernels": result["kernels"], "raw_kernel_events": bare[-1]["kernels"],
+        "target": "faster than the bare baseline (speedup_vs_bare > 1) with iotrace_peak_mb <= bare_peak_mb",
+        "met": bool(ours_s < bare_s and ours_peak <= bare_peak)})
+    # iotrace keeps every kernel event, and its breakdown adds up to the same kernel time as the raw events.
+    assert result["kernels"] == bare[-1]["kernels"]
+    assert result["names"] == bare[-1]["names"]
+    assert result["total_us"] == pytest.approx(bare[-1]["total_us"], rel=1e-9)
+
+
+@pytest.mark.parametrize("name", KINETO)
+def test_kineto_load_and_breakdown_against_hta(benchmark, name: str, tmp_path: Path) -> None:
+    hta = os.environ.get("IOTRACE_BENCH_HTA_PYTHON")
+    if not hta:
+        pytest.skip("set IOTRACE_BENCH_HTA_PYTHON to a Python with HolisticTraceAnalysis installed (a separate venv: "
+                    "python -m venv /tmp/hta && /tmp/hta/bin/pip install HolisticTraceAnalysis)")
+    path = _corpus_file(name)
+    (tmp_path / name).symlink_to(path)  # HTA reads every trace in a directory
+    result, mine, theirs = _side_by_side(benchmark, (IOTRACE_KINETO, [str(path)], sys.executable),
+                                         (HTA_KINETO, [str(path), str(tmp_path)], hta))
+    ours_s, hta_s = _median(mine, "seconds"), _median(theirs, "seconds")
+    version = subprocess.run([hta, "-c", "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"],
+                             capture_output=True, text=True, check=False).stdout.strip()
+    kept = theirs[-1]["kernels"]
+    benchmark.extra_info.update({
+        **_versions(), "trace": name, "hta": version, "iotrace_s": ours_s, "hta_s": hta_s,
+        "speedup_vs_hta": hta_s / ours_s, "iotrace_peak_mb": _median(mine, "peak") / 2**20,
+        "hta_peak_mb": _median(theirs, "peak") / 2**20, "kernels": result["kernels"], "hta_kernels": kept,
+        "hta_dropped_pct": 100.0 * (result["kernels"] - kept) / result["kernels"],
+        "target": "speedup_vs_hta >= 5", "met": bool(hta_s / ours_s >= 5)})
+    assert result["kernels"] >= kept
+
+
+# --- Nsight Systems SQLite ---------------------------------------------------------------------------------------
+
+# Table definitions as Nsight Systems 2024.5 writes them (schema 3.13.2; `.schema` of
+# ../shared/corpus/nsys/a100_sxm4_80gb_cloverleaf_nsys2024.5.sqlite, whose NVTX_EVENTS is empty, so that table is
+# from rtx3090_tensorrt_memfusion_nsys2023.1.sqlite), comments dropped.
+NSYS_SCHEMA = """
+CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE META_DATA_EXPORT (name TEXT NOT NULL, value TEXT);
+CREATE TABLE TARGET_INFO_GPU (
+    vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT, busLocation TEXT, isDiscrete INTEGER, l2CacheSize INTEGER,
+    totalMemory INTEGER, memoryBandwidth INTEGER, clockRate INTEGER, smCount INTEGER, pwGpuId INTEGER, uuid TEXT,
+    luid INTEGER, chipName TEXT, cuDevice INTEGER, ctxswDevPath TEXT, ctrlDevPath TEXT, revision INTEGER,
+    nodeMask INTEGER, constantMemory INTEGER, maxIPC INTEGER, maxRegistersPerBlock INTEGER, maxShmemPerBlock INTEGER,
+    maxShmemPerBlockOptin INTEGER, maxShmemPerSm INTEGER, maxRegistersPerSm INTEGER, threadsPerWarp INTEGER,
+    asyncEngines INTEGER, maxWarpsPerSm INTEGER, maxBlocksPerSm INTEGER, maxThreadsPerBlock INTEGER,
+    maxBlockDimX INTEGER, maxBlockDimY INTEGER, maxBlockDimZ INTEGER, maxGridDimX INTEGER, maxGridDimY INTEGER,
+    maxGridDimZ INTEGER, computeMajor INTEGER, computeMinor INTEGER, smMajor INTEGER, smMinor INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, globalTid INTEGER,
+    correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL,
+    greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
+    demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, mangledName INTEGER, launchType INTEGER,
+    cacheConfig INTEGER, registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL, gridY INTEGER NOT NULL,
+    gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL,
+    staticSharedMemory INTEGER NOT NULL, dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL,
+    localMemoryTotal INTEGER NOT NULL, gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER, graphNodeId INTEGER,
+    sharedMemoryLimitConfig INTEGER);
+CREATE TABLE NVTX_EVENTS (
+    start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, category INTEGER,
+    color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER,
+    uint64Value INTEGER, int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER,
+    floatValue REAL, jsonTextId INTEGER, jsonText TEXT);
+"""
+
+
+def synthesise_nsys_export(path: Path, kernels: int = NSYS_KERNELS, ranges: int = NSYS_RANGES) -> Path:
+    """Write an Nsight Systems SQLite export with ``kernels`` launches and ``ranges`` NVTX push/pop ranges.
+
+    One CPU thread launches every kernel: each range covers ``kernels // ranges`` consecutive launches, every
+    kernel has its runtime call (same correlation id) inside one range, and 64 distinct kernel names (mangled and
+    demangled) and 100 range names live in StringIds. Rows are made by SQLite itself (``generate_series``-style
+    recursive CTEs), so a million kernels take a few seconds.
+    """
+    tid = (1 << 48) | (4242 << 24) | 4242   # globalTid packs pid and tid as Nsight Systems does
+    per_range = max(kernels // ranges, 1)
+    gap = 2000                             # ns between launches; a range spans its launches
+    db = sqlite3.connect(path)
+    with db:
+        db.executescript(NSYS_SCHEMA)
+        db.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", [
+            ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"), ("EXPORT_PRODUCT_VERSION", "2024.5.1.113"),
+            ("EXPORT_SCHEMA_VERSION", "3.13.2"), ("EXPORT_SCHEMA_VERSION_MAJOR", "3")])
+        db.execute("INSERT INTO TARGET_INFO_GPU (vmId, id, name, l2CacheSize, totalMemory, memoryBandwidth, clockRate, "
+                   "smCount, threadsPerWarp, maxWarpsPerSm, maxBlocksPerSm, maxThreadsPerBlock, maxRegistersPerSm, "
+                   "maxShmemPerSm, maxShmemPerBlockOptin, computeMajor, computeMinor) VALUES (281474976710656, 0, "
+                   "'NVIDIA A100-SXM4-80GB', 41943040, 84990623744, 2039040000000, 1410000000, 108, 32, 64, 32, "
+                   "1024, 65536, 167936, 166912, 8, 0)")
+        names = [(k, f"void kernel_{k}<float, {k}>(float*, int)") for k in range(64)]
+        names += [(100 + k, f"_Z8kernel_{k}Pfi") for k in range(64)]
+        names += [(200 + k, f"kernel_{k}") for k in range(64)]
+        names += [(300 + k, f"step {k}") for k in range(100)]
+        names += [(400, "cudaLaunchKernel_v7000")]
+        db.executemany("INSERT INTO StringIds VALUES (?, ?)", names)
+        series = f"WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < {kernels}) "
+        pid = (1 << 48) | (4242 << 24)
+        span = per_range * gap
+        db.execute(series + f"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT 1000 + i * {gap}, "
+                   f"1000 + i * {gap} + 500, 1, {tid}, i + 1, 400, 0, NULL FROM s")
+        db.execute(series + f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT 5000 + i * {gap}, "
+                   f"5000 + i * {gap} + 1500, 0, 1, NULL, 7 + i % 4, i + 1, {pid}, i % 64, 200 + i % 64, "
+                   "100 + i % 64, 0, 0, 32 + i % 96, 128 + i % 4096, 1, 1, 256, 1, 1, 1024, i % 3 * 4096, 0, 0, "
+                   "i + 1, 16384, NULL, 0 FROM s")
+        series = f"WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < {ranges}) "
+        db.execute(series + "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, domainId) "
+                   f"SELECT 900 + i * {span}, 900 + (i + 1) * {span} - 100, 59, NULL, {tid}, 300 + i % 100, 0 "
+                   "FROM s")
+    db.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def nsys_export() -> Path:
+    with tempfile.TemporaryDirectory(prefix="iotrace-bench-") as folder:
+        yield synthesise_nsys_export(Path(folder) / "synthetic_1m_kernels.sqlite")
+
+
+def test_nsys_sqlite_load_against_read_sql(benchmark, nsys_export: Path) -> None:
+    path = str(nsys_export)
+    result, mine, bare = _side_by_side(benchmark, (IOTRACE_NSYS, [path], sys.executable),
+                                       (BARE_NSYS, [path], sys.executable))
+    ours_s, bare_s = _median(mine, "seconds"), _median(bare, "seconds")
+    ours_peak = _median(mine, "peak")
+    benchmark.extra_info.update({
+        **_versions(), "trace": f"synthetic nsys 2024.5 export: {NSYS_KERNELS} kernels, {NSYS_RANGES} NVTX ranges",
+        "iotrace_s": ours_s, "read_sql_s": bare_s, "ratio_to_read_sql": ours_s / bare_s,
+        "iotrace_peak_mb": ours_peak / 2**20, "read_sql_peak_mb": _median(bare, "peak") / 2**20,
+        "target": "ratio_to_read_sql <= 2 and iotrace_peak_mb < 2048",
+        "met": bool(ours_s / bare_s <= 2 and ours_peak < 2 * 2**30)})
+    assert result == {**result, "kernels": NSYS_KERNELS, "named": NSYS_KERNELS, "joined": NSYS_KERNELS,
+                      "ranges": NSYS_RANGES}
