@@ -14,11 +14,12 @@ from iotrace.cards import lookup
 from iotrace.compile_info import compile_resources, parse_ptxas_log
 from iotrace.kernels.attention_decode import DecodeSpec
 from iotrace.kernels.attention_prefill import PrefillSpec
+from iotrace.kernels.draft_verify import DraftVerifySpec
 from iotrace.kernels.gemm import GemmSpec
 from iotrace.kernels.rmsnorm import RMSNormSpec
 from iotrace.runner import ConfigError, static_analysis
 
-GEMM, NORM, PREFILL, DECODE = GemmSpec(), RMSNormSpec(), PrefillSpec(), DecodeSpec()
+GEMM, NORM, PREFILL, DECODE, VERIFY = GemmSpec(), RMSNormSpec(), PrefillSpec(), DecodeSpec(), DraftVerifySpec()
 CARDS = {"8.0": "a100", "8.6": "a10g", "8.9": "rtx4090", "9.0": "h100"}
 
 # A real ptxas -v block, as nvcc 13.0 printed it for rmsnorm.cu on sm_90.
@@ -45,8 +46,10 @@ def test_triton_kernels_compile_for_every_target(cc: str) -> None:
     prefill_shape = PREFILL.check_shape(PREFILL.presets["b4-h32-s4096-d128-causal"])
     decode_shape = DECODE.check_shape(DECODE.presets["llama-3-8b-ctx32k-b1"])
     prefill_config = PREFILL.default_config(prefill_shape, "bf16", card)
+    verify_shape = VERIFY.check_shape(VERIFY.presets["llama-3-b64-g4"])
     units += [*PREFILL.compile_units(prefill_shape, "bf16", prefill_config),
-              *DECODE.compile_units(decode_shape, "bf16", DECODE.default_config(decode_shape, "bf16", card))]
+              *DECODE.compile_units(decode_shape, "bf16", DECODE.default_config(decode_shape, "bf16", card)),
+              *VERIFY.compile_units(verify_shape, "fp32", VERIFY.default_config(verify_shape, "fp32", card))]
     if cc == "9.0":
         units += GEMM.compile_units(gemm_shape, "fp16", {**gemm_config, "USE_TMA": True})
         units += PREFILL.compile_units(prefill_shape, "bf16", {**prefill_config, "USE_TMA": True})
@@ -66,6 +69,7 @@ def test_triton_kernels_compile_for_every_target(cc: str) -> None:
     assert prefill_res.shared_mem_bytes >= 2 * prefill_config["BLOCK_N"] * 128 * 2
     assert split_res.kernel == "_decode_split_kernel" and split_res.grid[0] == 8
     assert combine_res.kernel == "_decode_combine_kernel" and combine_res.grid == (32, 1, 1)
+    assert resources[5].kernel == "_verify_kernel" and resources[5].grid == (64, 1, 1) and resources[5].spills == 0
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: CUDA C++ resources need it")

@@ -74,3 +74,13 @@ def test_attention_decode_on_gpu(preset: str) -> None:
     spec = DecodeSpec()
     result = run(spec, spec.presets[preset], "bf16", _card())
     assert result.mode == "gpu" and result.check.correct, result.check.where
+
+
+@pytest.mark.parametrize("preset", ["llama-3-b64-g4", "llama-3-b64-g4-greedy", "llama-3-b1-g8"])
+def test_draft_verify_on_gpu(preset: str) -> None:
+    from iotrace.kernels.draft_verify import DraftVerifySpec
+    from iotrace.runner import run
+
+    spec = DraftVerifySpec()
+    result = run(spec, spec.presets[preset], "fp32", _card())
+    assert result.mode == "gpu" and result.check.correct, result.check.where

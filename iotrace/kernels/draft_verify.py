@@ -1,0 +1,285 @@
+"""Speculative decoding's verification step: accept a prefix of the draft tokens, then emit one more token.
+
+For each sequence with draft tokens x_1..x_γ drawn from the draft's distributions q_i, and the target's p_i at
+the same positions (plus p_{γ+1}): draft token i is accepted when u_i < p_i(x_i) / q_i(x_i), scanning left to
+right and stopping at the first rejection. At a rejection at position r the emitted token is drawn from
+normalise(max(0, p_r − q_r)); when all γ are accepted the bonus token is drawn from p_{γ+1}. This leaves the
+output distribution exactly p (Leviathan, Kalman, Matias 2023, "Fast Inference from Transformers via
+Speculative Decoding", Algorithm 1 and Theorem 3.5; Chen et al. 2023, "Accelerating LLM Decoding with
+Speculative Sampling"). Greedy mode accepts while x_i is argmax p_i and emits argmax p_r.
+
+Every random draw comes from the uniforms passed in (γ acceptance tests and one sample), so the kernel is
+deterministic and the torch reference reproduces it token for token. One program per sequence; no host
+synchronisation; γ may differ per sequence (draft_lens).
+
+Cost (identity 4): bytes = the γ acceptance scalars of p and q, plus one row of p and q (V each) at the
+position that emits (greedy: every p row up to it); about 8·V bytes per sequence, memory-bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+import triton
+import triton.language as tl
+
+from iotrace.errors import InvalidValueError
+from iotrace.plugins import hookimpl
+from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
+
+if TYPE_CHECKING:
+    from iotrace.cards import Card
+
+__all__ = ["DraftVerifySpec", "verify", "verify_reference"]
+
+#: |Σ p − 1| allowed for a probability row before it is refused (fp32 softmax rows sum within ~1e-6 of 1).
+SUM_TOLERANCE = 1e-3
+
+
+@triton.jit
+def _verify_kernel(
+    draft_ptr, lens_ptr, q_ptr, p_ptr, u_ptr, accepted_ptr, token_ptr,
+    stride_db, stride_qb, stride_qi, stride_pb, stride_pi, stride_ub,
+    V,
+    GAMMA: tl.constexpr, GREEDY: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    n = tl.load(lens_ptr + seq)
+    q_row = q_ptr + seq * stride_qb
+    p_row = p_ptr + seq * stride_pb
+    # 1. Acceptance: a running flag stays 1 while every draft token so far was accepted.
+    still = 1
+    accepted = 0
+    for i in tl.static_range(GAMMA):
+        token = tl.load(draft_ptr + seq * stride_db + i)
+        if GREEDY:
+            best_val = -1.0
+            best_idx = 0
+            for start in range(0, V, BLOCK_V):
+                offs = start + tl.arange(0, BLOCK_V)
+                vals = tl.load(p_row + i * stride_pi + offs, mask=offs < V, other=-1.0)
+                block_max = tl.max(vals, 0)
+                block_idx = tl.min(tl.where(vals == block_max, offs, V), 0)  # first index of the maximum
+                take = block_max > best_val
+                best_idx = tl.where(take, block_idx, best_idx)
+                best_val = tl.where(take, block_max, best_val)
+            ok = token == best_idx
+        else:
+            p_tok = tl.load(p_row + i * stride_pi + token)
+            q_tok = tl.load(q_row + i * stride_qi + token)
+            u = tl.load(u_ptr + seq * stride_ub + i)
+            ok = u * q_tok < p_tok  # u < p/q without dividing by a zero q
+        still = tl.where((i < n) & ok, still, 0)
+        accepted += still
+    # 2. The emitted token at position `accepted`: residual max(0, p - q) after a rejection, p for the bonus.
+    r = accepted
+    bonus = r == n
+    u = tl.load(u_ptr + seq * stride_ub + GAMMA)
+    if GREEDY:
+        best_val = -1.0
+        best_idx = 0
+        for start in range(0, V, BLOCK_V):
+            offs = start + tl.arange(0, BLOCK_V)
+            vals = tl.load(p_row + r * stride_pi + offs, mask=offs < V, other=-1.0)
+            block_max = tl.max(vals, 0)
+            block_idx = tl.min(tl.where(vals == block_max, offs, V), 0)
+            take = block_max > best_val
+            best_idx = tl.where(take, block_idx, best_idx)
+            best_val = tl.where(take, block_max, best_val)
+        chosen = best_idx
+    else:
+        q_limit = tl.where(bonus, 0, V)  # no q row past the draft: the bonus samples from p alone
+        total = 0.0
+        for start in range(0, V, BLOCK_V):
+            offs = start + tl.arange(0, BLOCK_V)
+            p = tl.load(p_row + r * stride_pi + offs, mask=offs < V, other=0.0)
+            q = tl.load(q_row + r * stride_qi + offs, mask=offs < q_limit, other=0.0)
+            weight = tl.where(bonus, p, tl.maximum(p - q, 0.0))
+            total += tl.sum(weight, 0)
+        target = u * total
+        prefix = 0.0
+        chosen = V
+        last = 0
+        for start in range(0, V, BLOCK_V):
+            offs = start + tl.arange(0, BLOCK_V)
+            p = tl.load(p_row + r * stride_pi + offs, mask=offs < V, other=0.0)
+            q = tl.load(q_row + r * stride_qi + offs, mask=offs < q_limit, other=0.0)
+            weight = tl.where(bonus, p, tl.maximum(p - q, 0.0))
+            cdf = prefix + tl.cumsum(weight, 0)
+            hit = tl.min(tl.where((cdf > target) & (weight > 0), offs, V), 0)
+            chosen = tl.minimum(chosen, hit)
+            last = tl.maximum(last, tl.max(tl.where(weight > 0, offs, 0), 0))
+            prefix += tl.sum(weight, 0)
+        chosen = tl.where(chosen == V, last, chosen)  # u·total rounded past the last step of the CDF
+    tl.store(accepted_ptr + seq, accepted)
+    tl.store(token_ptr + seq, chosen.to(tl.int32))
+
+
+def _check_inputs(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> None:
+    batch, gamma = draft.shape
+    vocab = p.shape[-1]
+    if tuple(q.shape[:2]) != (batch, gamma) or tuple(p.shape[:2]) != (batch, gamma + 1) or \
+            tuple(u.shape) != (batch, gamma + 1) or tuple(lens.shape) != (batch,):
+        raise InvalidValueError(f"draft-verify shapes do not agree: draft {tuple(draft.shape)}, q {tuple(q.shape)}, "
+                                f"p {tuple(p.shape)}, uniforms {tuple(u.shape)}, lens {tuple(lens.shape)}",
+                                "draft (B, γ), q (B, γ, V), p (B, γ+1, V), uniforms (B, γ+1), lens (B,)")
+    if q.shape[-1] != vocab:
+        raise InvalidValueError(f"the draft's vocabulary ({q.shape[-1]}) differs from the target's ({vocab})",
+                                "speculative decoding needs one tokenizer for draft and target")
+    if not (torch.isfinite(p).all() and torch.isfinite(q).all()):
+        raise InvalidValueError("probabilities hold NaN or infinity", "check the softmax that produced them")
+    if (p < 0).any() or (q < 0).any() or (abs(p.sum(-1) - 1) > SUM_TOLERANCE).any() or \
+            (abs(q.sum(-1) - 1) > SUM_TOLERANCE).any():
+        raise InvalidValueError(f"probability rows must be >= 0 and sum to 1 within {SUM_TOLERANCE}",
+                                "pass softmax outputs, not logits")
+    if (lens < 0).any() or (lens > gamma).any():
+        raise InvalidValueError(f"draft lengths must lie in 0..{gamma}", "one length per sequence, at most γ")
+    if ((draft < 0) | (draft >= vocab)).any():
+        raise InvalidValueError(f"draft tokens must lie in 0..{vocab - 1}", "check the draft model's output")
+
+
+def verify(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
+           accepted: torch.Tensor, token: torch.Tensor, greedy: bool, config: Mapping[str, int],
+           validate: bool = True) -> None:
+    """Run the verification step into ``accepted`` (B,) and ``token`` (B,), both int32.
+
+    ``validate`` checks the inputs first (it reads them on the host); the timed path passes False.
+    """
+    if validate:
+        _check_inputs(draft, lens, q, p, u)
+    batch, gamma = draft.shape
+    _verify_kernel[(batch,)](draft, lens, q, p, u, accepted, token, draft.stride(0), q.stride(0), q.stride(1),
+                             p.stride(0), p.stride(1), u.stride(0), p.shape[-1], GAMMA=gamma, GREEDY=greedy,
+                             BLOCK_V=config["BLOCK_V"], num_warps=config["num_warps"])
+
+
+def verify_reference(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
+                     greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same rule in plain torch (vectorised over the batch): accepted counts and emitted tokens."""
+    batch, gamma = draft.shape
+    q, p, u = q.double().cpu(), p.double().cpu(), u.double().cpu()
+    draft, lens = draft.long().cpu(), lens.long().cpu()
+    rows = torch.arange(batch)
+    still = torch.ones(batch, dtype=torch.bool)
+    accepted = torch.zeros(batch, dtype=torch.long)
+    for i in range(gamma):
+        if greedy:
+            ok = draft[:, i] == p[:, i].argmax(-1)
+        else:
+            ok = u[:, i] * q[rows, i, draft[:, i]] < p[rows, i, draft[:, i]]
+        still &= ok & (i < lens)
+        accepted += still.long()
+    p_r = p[rows, accepted]
+    if greedy:
+        return accepted.int(), p_r.argmax(-1).int()
+    q_r = torch.where((accepted < lens)[:, None], q[rows, accepted.clamp(max=gamma - 1)], 0.0) if gamma else 0.0
+    weight = torch.where((accepted == lens)[:, None], p_r, (p_r - q_r).clamp(min=0))
+    cdf = weight.cumsum(-1)
+    target = u[:, gamma] * weight.sum(-1)
+    hit = (cdf > target[:, None]) & (weight > 0)
+    last = torch.where(weight > 0, torch.arange(weight.shape[-1]), 0).max(-1).values
+    token = torch.where(hit.any(-1), hit.int().argmax(-1), last)
+    return accepted.int(), token.int()
+
+
+class DraftVerifySpec(KernelSpec):
+    name: ClassVar[str] = "draft-verify"
+    summary: ClassVar[str] = "speculative decoding's verify step: accept a draft prefix, emit the next token"
+    dtypes: ClassVar[tuple[str, ...]] = ("fp32",)
+    shape_keys: ClassVar[tuple[str, ...]] = ("batch", "gamma", "vocab", "greedy", "varlen")
+    shape_flags: ClassVar[tuple[str, ...]] = ("greedy", "varlen")
+    presets: ClassVar[dict[str, Shape]] = {
+        # Llama-3's vocabulary is 128256 (config.json); batch 64 and γ = 4 is the issue's throughput point.
+        f"llama-3-b{b}-g{g}" + ("-greedy" if greedy else ""): {"batch": b, "gamma": g, "vocab": 128256,
+                                                                 "greedy": greedy, "varlen": 0}
+        for b, g, greedy in itertools.product((1, 64), (4, 8), (0, 1))}
+    default_shape: ClassVar[Shape] = {"batch": 37, "gamma": 4, "vocab": 1000, "greedy": 0, "varlen": 1}
+    interpreter_budget: ClassVar[int] = 2_000_000
+
+    def reduce_shape(self, shape: Shape, max_elements: int) -> Shape:
+        if shape["batch"] * (shape["gamma"] + 1) * shape["vocab"] <= max_elements:
+            return dict(shape)
+        batch = min(shape["batch"], 8)
+        vocab = max(33, max_elements // (batch * (shape["gamma"] + 1))) | 1
+        return {**shape, "batch": batch, "vocab": min(shape["vocab"], vocab)}
+
+    def make_inputs(self, shape: Shape, dtype: str, device: str, seed: int) -> dict[str, torch.Tensor]:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        batch, gamma, vocab = shape["batch"], shape["gamma"], shape["vocab"]
+        # Peaked target distributions and a draft that agrees with them in part, as real draft models do.
+        p = torch.softmax(3 * torch.randn(batch, gamma + 1, vocab, generator=gen), -1)
+        noise = torch.softmax(3 * torch.randn(batch, gamma, vocab, generator=gen), -1)
+        q = 0.7 * p[:, :gamma] + 0.3 * noise
+        draft = torch.multinomial(q.reshape(-1, vocab), 1, generator=gen).reshape(batch, gamma) if gamma else \
+            torch.zeros(batch, 0, dtype=torch.long)
+        if shape["greedy"]:  # greedy drafts are argmaxes of q, which often but not always match p's
+            draft = q.argmax(-1)
+        lens = (torch.randint(0, gamma + 1, (batch,), generator=gen) if shape["varlen"]
+                else torch.full((batch,), gamma))
+        u = torch.rand(batch, gamma + 1, generator=gen)
+        as_device = {"device": device}
+        return {"draft": draft.to(torch.int32).to(**as_device), "lens": lens.to(torch.int32).to(**as_device),
+                "q": q.to(**as_device), "p": p.to(**as_device), "u": u.to(**as_device),
+                "greedy": torch.tensor(shape["greedy"])}
+
+    def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        batch = inputs["draft"].shape[0]
+        device = inputs["draft"].device
+        return {"accepted": torch.empty(batch, dtype=torch.int32, device=device),
+                "token": torch.empty(batch, dtype=torch.int32, device=device)}
+
+    def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        accepted, token = verify_reference(inputs["draft"], inputs["lens"], inputs["q"], inputs["p"], inputs["u"],
+                                           bool(inputs["greedy"]))
+        return {"accepted": accepted, "token": token}
+
+    def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+                      backend: str = "triton") -> None:
+        verify(inputs["draft"], inputs["lens"], inputs["q"], inputs["p"], inputs["u"], outputs["accepted"],
+               outputs["token"], bool(inputs["greedy"]), config, validate=inputs["draft"].device.type == "cpu")
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        return Tolerance(0.0, 0.0)  # counts and token ids: exact
+
+    def cost(self, shape: Shape, dtype: str) -> Cost:
+        batch, gamma, vocab = shape["batch"], shape["gamma"], shape["vocab"]
+        if shape["greedy"]:  # argmax over every p row up to the emitting one: at most γ + 1 rows
+            nbytes = batch * ((gamma + 1) * vocab * 4 + 2 * gamma * 4 + 8)
+            flops = batch * (gamma + 1) * vocab
+            formula = "bytes = B·((γ+1)·V·4 [p rows for argmax] + 8·γ [draft, scalars] + 8 [outputs])"
+        else:
+            nbytes = batch * (2 * vocab * 4 + gamma * (4 + 4 + 4 + 4) + 4 + 8)
+            flops = batch * 4 * vocab
+            formula = "bytes = B·(2·V·4 [p and q rows at the emitting position] + 16·γ [draft, p, q, u scalars] + 12)"
+        return Cost(float(flops), float(nbytes), "fp32", formula)
+
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+        return [{"BLOCK_V": bv, "num_warps": w} for bv in (256, 1024, 4096) for w in (1, 2, 4, 8)
+                if bv >= 32 * w]
+
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+        return {"BLOCK_V": 1024 if shape["vocab"] >= 1024 else 256, "num_warps": 4}
+
+    def check_shape(self, shape: Mapping[str, int]) -> Shape:
+        out = super().check_shape(shape)
+        if out["gamma"] > 32:
+            raise InvalidValueError(f"draft-verify gamma={out['gamma']} is past 32", "draft at most 32 tokens a step")
+        return out
+
+    def compile_units(self, shape: Shape, dtype: str, config: Config, backend: str = "triton") -> list[TritonUnit]:
+        batch, gamma, vocab = shape["batch"], shape["gamma"], shape["vocab"]
+        args: dict[str, str | int] = {
+            "draft_ptr": "*i32", "lens_ptr": "*i32", "q_ptr": "*fp32", "p_ptr": "*fp32", "u_ptr": "*fp32",
+            "accepted_ptr": "*i32", "token_ptr": "*i32", "stride_db": gamma, "stride_qb": gamma * vocab,
+            "stride_qi": vocab, "stride_pb": (gamma + 1) * vocab, "stride_pi": vocab, "stride_ub": gamma + 1,
+            "V": vocab}
+        constexprs = {"GAMMA": gamma, "GREEDY": bool(shape["greedy"]), "BLOCK_V": config["BLOCK_V"]}
+        return [TritonUnit(__name__, "_verify_kernel", args, constexprs, config["num_warps"], 1, (batch, 1, 1))]
+
+
+@hookimpl
+def iotrace_kernels() -> list[KernelSpec]:
+    return [DraftVerifySpec()]
