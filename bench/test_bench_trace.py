@@ -75,7 +75,7 @@ logging.disable(logging.CRITICAL)
 from hta.trace_analysis import TraceAnalysis
 analyzer = TraceAnalysis(trace_dir=sys.argv[2])
 kernel_types, per_kernel = analyzer.get_gpu_kernel_breakdown(visualize=False)
-trace = analyzer.t.get_trace(0)
+trace = next(iter(analyzer.t.traces.values()))  # one rank, whatever its number
 symbols = analyzer.t.symbol_table.sym_index
 kernel_cats = [symbols[c] for c in ("kernel", "Kernel") if c in symbols]
 """ + _PEAK + """
