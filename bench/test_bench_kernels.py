@@ -6,7 +6,8 @@ Each benchmark times iotrace's kernel and its baseline in the same process with 
 (L2 flushed, median), and records the ratio, the card, the versions and the command in extra_info. The
 targets (GEMM bf16 >= 1.0x cuBLAS at 4096³ and 8192³; RMSNorm >= 90% of copy bandwidth at 4096x8192,
 fused residual >= 1.2x the unfused pair; attention prefill >= 0.9x SDPA's flash backend at B4 H32 S4096
-d128; decode >= 75% of copy bandwidth and faster than SDPA at batch 1) are recorded beside each ratio,
+d128; decode >= 75% of copy bandwidth and faster than SDPA at batch 1; int8-KV decode >= 1.7x the bf16 decode
+at context >= 8k; draft-verify within 1.25x of its bandwidth floor) are recorded beside each ratio,
 not asserted here: bench/gpu_validate.sh reports them.
 """
 
@@ -165,3 +166,48 @@ def test_attention_decode_against_copy_and_sdpa(benchmark, preset: str) -> None:
         "fraction_of_copy_bandwidth": ours_gbps / copy_gbps, "sdpa_ms": sdpa_ms, "speedup_vs_sdpa": sdpa_ms / ours_ms,
         "target": ">= 75% of copy bandwidth; faster than SDPA at batch 1"}))
     benchmark.pedantic(lambda: (ours(), torch.cuda.synchronize()), rounds=20, warmup_rounds=3)
+
+
+@pytest.mark.parametrize("preset", ["llama-3-8b-ctx8k-b32", "llama-3-8b-ctx32k-b1"])
+def test_int8_decode_against_bf16_decode(benchmark, preset: str) -> None:
+    import torch
+    import triton.testing
+
+    from iotrace.cards import detect
+    from iotrace.kernels.attention_decode import DecodeSpec
+    from iotrace.kernels.int8_kv import Int8DecodeSpec
+
+    card = detect()
+    int8, bf16 = Int8DecodeSpec(), DecodeSpec()
+    shape8 = int8.check_shape({**int8.presets[preset], "key_scales": 1})
+    shape16 = bf16.check_shape({k: shape8[k] for k in bf16.shape_keys})
+    in8, in16 = int8.make_inputs(shape8, "bf16", "cuda", 0), bf16.make_inputs(shape16, "bf16", "cuda", 0)
+    out8, out16 = int8.make_outputs(in8), bf16.make_outputs(in16)
+    cfg8, cfg16 = int8.default_config(shape8, "bf16", card), bf16.default_config(shape16, "bf16", card)
+    int8_ms = triton.testing.do_bench_cudagraph(lambda: int8.launch(in8, out8, cfg8))
+    bf16_ms = triton.testing.do_bench_cudagraph(lambda: bf16.launch(in16, out16, cfg16))
+    benchmark.extra_info.update(_environment({
+        "int8_ms": int8_ms, "bf16_ms": bf16_ms, "speedup_vs_bf16": bf16_ms / int8_ms,
+        "int8_gbps": int8.cost(shape8, "bf16").bytes / int8_ms / 1e6, "target": ">= 1.7x the bf16 decode"}))
+    benchmark.pedantic(lambda: (int8.launch(in8, out8, cfg8), torch.cuda.synchronize()), rounds=20, warmup_rounds=3)
+
+
+def test_draft_verify_against_its_floor(benchmark) -> None:
+    import torch
+    import triton.testing
+
+    from iotrace.cards import detect
+    from iotrace.kernels.draft_verify import DraftVerifySpec
+
+    card = detect()
+    spec = DraftVerifySpec()
+    shape = spec.check_shape(spec.presets["llama-3-b64-g4"])
+    inputs = spec.make_inputs(shape, "fp32", "cuda", 0)
+    outputs = spec.make_outputs(inputs)
+    config = spec.default_config(shape, "fp32", card)
+    ms = triton.testing.do_bench_cudagraph(lambda: spec.launch(inputs, outputs, config))
+    floor_ms = spec.cost(shape, "fp32").bytes / card.bandwidth_bytes_per_s * 1e3
+    benchmark.extra_info.update(_environment({"ms": ms, "floor_ms": floor_ms, "over_floor": ms / floor_ms,
+                                              "target": "within 1.25x of the bandwidth floor"}))
+    benchmark.pedantic(lambda: (spec.launch(inputs, outputs, config), torch.cuda.synchronize()), rounds=20,
+                       warmup_rounds=3)

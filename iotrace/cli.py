@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("--tokens", type=count, required=True, metavar="S", help="context length, e.g. 8192 or 8k")
     kv.add_argument("--bits", type=bits, default=16.0, help="bits per cached value (default 16; int8 is 8)")
     kv.add_argument("--batch", type=count, default=1, help="sequences (default 1)")
+    kv.add_argument("--scale-bytes", type=number, default=0.0, metavar="B",
+                    help="a quantised cache's scale bytes per token, layer and KV head (int8 with fp32 K and V "
+                         "scales: 8)")
     _add_card(kv, ": also say how much context fits in its memory")
     kv.add_argument("--weight-bits", type=bits,
                     help="with --card and --model: leave room for the weights at this width")
@@ -367,7 +370,8 @@ def _cmd_kv(args: argparse.Namespace) -> None:
                                     "e.g. --model llama-3-8b --card h200 --weight-bits 16")
         weight_bytes = _model_field(args, "params", None) * args.weight_bits / 8
     _show(args, kv_cache(layers, kv_heads, head_dim, args.tokens, args.bits / 8, batch=args.batch,
-                         card=_card_or_none(args.card, needed=False), weight_bytes=weight_bytes))
+                         card=_card_or_none(args.card, needed=False), weight_bytes=weight_bytes,
+                         scale_bytes=args.scale_bytes))
 
 
 def _cmd_roofline(args: argparse.Namespace) -> None:

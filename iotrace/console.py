@@ -150,6 +150,9 @@ def print_run(console: Console, result, card: Card) -> None:
                       + (f" — {escape(check.where)}" if check.where else ""))
     if check.note:
         console.print(f"  [dim]check: {escape(check.note)}[/dim]")
+    if check.quality:
+        console.print("  quality [dim](measured against the exact answer)[/dim]: "
+                      + ", ".join(f"{k} {num(v, 6)}" for k, v in check.quality.items()))
     cost, roof = result.cost, result.roofline
     console.print(f"  cost [dim](modelled)[/dim]: {num(cost.flops)} FLOP, {num(cost.bytes)} B, "
                   f"I = {num(cost.intensity)} FLOP/B   [dim]{escape(cost.formula)}[/dim]")

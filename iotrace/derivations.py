@@ -135,12 +135,19 @@ def prefill(params: float, tokens: float, *, card: Card | None = None, precision
 
 
 def kv_cache(layers: int, kv_heads: int, head_dim: int, tokens: float, bytes_per_value: float, *, batch: int = 1,
-             card: Card | None = None, weight_bytes: float = 0.0) -> Derivation:
-    """Identity 3: KV-cache bytes, and with a card, the context that fits beside the weights."""
-    total = _finite("KV-cache size", ident.kv_cache_bytes(layers, kv_heads, head_dim, tokens, bytes_per_value, batch))
-    per_token = ident.kv_cache_bytes(layers, kv_heads, head_dim, 1, bytes_per_value, 1)
-    steps = [f"bytes = 2 × {layers} × {kv_heads} × {head_dim} × {num(tokens)} × {num(bytes_per_value)}"
-             + (f" × {batch}" if batch != 1 else "") + f" = {num(total)} B ({num(total / 1e9)} GB)"]
+             card: Card | None = None, weight_bytes: float = 0.0, scale_bytes: float = 0.0) -> Derivation:
+    """Identity 3: KV-cache bytes (with a quantised cache's scales), and with a card, the context that fits."""
+    total = _finite("KV-cache size", ident.kv_cache_bytes(layers, kv_heads, head_dim, tokens, bytes_per_value, batch,
+                                                          scale_bytes))
+    per_token = ident.kv_cache_bytes(layers, kv_heads, head_dim, 1, bytes_per_value, 1, scale_bytes)
+    times_batch = f" × {batch}" if batch != 1 else ""
+    result = f" = {num(total)} B ({num(total / 1e9)} GB)"
+    if scale_bytes:
+        steps = [f"bytes = {layers} × {kv_heads} × (2 × {head_dim} × {num(bytes_per_value)} + {num(scale_bytes)}) × "
+                 f"{num(tokens)}{times_batch}{result}"]
+    else:
+        steps = [f"bytes = 2 × {layers} × {kv_heads} × {head_dim} × {num(tokens)} × {num(bytes_per_value)}"
+                 f"{times_batch}{result}"]
     inputs = [Quantity("L", layers, "", "layers", "given"), Quantity("n_kv", kv_heads, "", "KV heads", "given"),
               Quantity("d_h", head_dim, "", "head dim", "given"), Quantity("S", tokens, "tokens", "context", "given"),
               Quantity("q_kv", bytes_per_value, "B", "bytes per value", "given")]
@@ -152,7 +159,8 @@ def kv_cache(layers: int, kv_heads: int, head_dim: int, tokens: float, bytes_per
             raise InvalidValueError(f"the weights ({num(weight_bytes / 2**30)} GiB) do not fit in {card.name}'s "
                                     f"{num(card.memory_gb)} GiB, so no context fits beside them",
                                     "use fewer --weight-bits or a larger card")
-        fits = ident.kv_cache_max_tokens(max(free, 0.0), layers, kv_heads, head_dim, bytes_per_value, batch)
+        fits = ident.kv_cache_max_tokens(max(free, 0.0), layers, kv_heads, head_dim, bytes_per_value, batch,
+                                         scale_bytes)
         steps.append(f"context that fits = ({num(card.memory_bytes)} − {num(weight_bytes)}) / "
                      f"({num(per_token)} × {batch}) = {fits} tokens per sequence")
         also += [Quantity("fits", fits, "tokens", f"context per sequence that fits in {card.name}'s memory"),

@@ -102,20 +102,23 @@ def prefill_tokens_per_s(peak_flop_per_s: float, params: float) -> float:
 
 
 def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, tokens: float, bytes_per_value: float,
-                   batch: int = 1) -> float:
+                   batch: int = 1, scale_bytes: float = 0.0) -> float:
     """Identity 3: KV-cache bytes = 2 · L · n_kv · d_h · S · q_kv (· batch).
 
-    The 2 counts K and V; each of L layers keeps n_kv heads of d_h values per token.
+    The 2 counts K and V; each of L layers keeps n_kv heads of d_h values per token. A quantised cache also keeps
+    ``scale_bytes`` per token, layer and KV head (int8 with fp32 scales for K and V per token and head: 8):
+    bytes = L · n_kv · (2 · d_h · q_kv + s) · S.
     """
-    per_token = 2.0 * _positive("layers", layers) * _positive("kv_heads", kv_heads) * _positive("head_dim", head_dim)
-    return per_token * _positive("tokens", tokens) * _positive("bytes_per_value", bytes_per_value) \
+    per_head = 2.0 * _positive("head_dim", head_dim) * _positive("bytes_per_value", bytes_per_value) \
+        + _non_negative("scale_bytes", scale_bytes)
+    return _positive("layers", layers) * _positive("kv_heads", kv_heads) * per_head * _positive("tokens", tokens) \
         * _positive("batch", batch)
 
 
 def kv_cache_max_tokens(budget_bytes: float, layers: int, kv_heads: int, head_dim: int, bytes_per_value: float,
-                        batch: int = 1) -> int:
+                        batch: int = 1, scale_bytes: float = 0.0) -> int:
     """Identity 3 solved for S: the whole tokens of context per sequence that fit in ``budget_bytes``."""
-    per_token = kv_cache_bytes(layers, kv_heads, head_dim, 1, bytes_per_value, batch)
+    per_token = kv_cache_bytes(layers, kv_heads, head_dim, 1, bytes_per_value, batch, scale_bytes)
     return math.floor(_non_negative("budget_bytes", budget_bytes) / per_token)
 
 

@@ -54,6 +54,7 @@ class Check:
     where: str = ""
     note: str = ""
     unwritten: int = 0
+    quality: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -171,10 +172,10 @@ class Comparison:
 def check_outputs(spec: KernelSpec, dtype: str, outputs: Mapping[str, torch.Tensor],
                   expected: Mapping[str, torch.Tensor]) -> Comparison:
     """Compare element-wise within the spec's tolerance; a NaN (a poisoned element never written) always fails."""
-    tol = spec.tolerance(dtype)
     worst_abs = worst_ratio = None
     unwritten, where, ok = 0, "", True
     for name, ref in expected.items():
+        tol = spec.output_tolerance(name, dtype)
         got = outputs[name].float().cpu()
         ref = ref.float().cpu()
         err = (got - ref).abs()
@@ -210,7 +211,7 @@ def _check(spec: KernelSpec, shape: Shape, dtype: str, config: Config, backend: 
     note = "" if checked == shape else (f"interpreted on a reduced shape {checked}: the full shape would take too "
                                         "long under the Triton interpreter")
     return (Check(True, found.ok, checked, seed, found.max_abs_err, found.max_err_over_tolerance, found.where, note,
-                  found.unwritten), inputs, outputs)
+                  found.unwritten, spec.quality(inputs, outputs)), inputs, outputs)
 
 
 def _time(spec: KernelSpec, inputs: dict, outputs: dict, config: Config, backend: str, cost: Cost,

@@ -61,6 +61,17 @@ def test_kv_known_check_with_model_and_card() -> None:
     assert fits["value"] == (141 * 2**30 - 8.03e9 * 2) // 131072 == 1_032_543
 
 
+def test_kv_int8_with_scales_buys_context() -> None:
+    fp16 = _json("math", "kv", "--model", "llama-3-8b", "--tokens", "8k", "--card", "rtx4090", "--weight-bits", "4")
+    int8 = _json("math", "kv", "--model", "llama-3-8b", "--tokens", "8k", "--card", "rtx4090", "--weight-bits", "4",
+                 "--bits", "8", "--scale-bytes", "8")
+    assert int8["also"][0]["value"] == 32 * 8 * (2 * 128 + 8) == 67584  # bytes per token
+    assert fp16["also"][1]["symbol"] == int8["also"][1]["symbol"] == "fits"
+    # (24 GiB - 4.015e9 B of 4-bit weights) / bytes per token: 166,016 tokens in fp16, 321,969 in int8.
+    assert (fp16["also"][1]["value"], int8["also"][1]["value"]) == ((24 * 2**30 - 4.015e9) // 131072,
+                                                                   (24 * 2**30 - 4.015e9) // 67584)
+
+
 def test_spec_prefill_roofline() -> None:
     assert _json("math", "spec", "--alpha", "0.8", "--gamma", "4")["result"]["value"] == pytest.approx(3.3616)
     spec = _json("math", "spec", "--alpha", "0.8", "--gamma", "4", "--draft-cost", "0.05")

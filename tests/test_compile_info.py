@@ -16,10 +16,12 @@ from iotrace.kernels.attention_decode import DecodeSpec
 from iotrace.kernels.attention_prefill import PrefillSpec
 from iotrace.kernels.draft_verify import DraftVerifySpec
 from iotrace.kernels.gemm import GemmSpec
+from iotrace.kernels.int8_kv import Int8DecodeSpec
 from iotrace.kernels.rmsnorm import RMSNormSpec
 from iotrace.runner import ConfigError, static_analysis
 
 GEMM, NORM, PREFILL, DECODE, VERIFY = GemmSpec(), RMSNormSpec(), PrefillSpec(), DecodeSpec(), DraftVerifySpec()
+INT8 = Int8DecodeSpec()
 CARDS = {"8.0": "a100", "8.6": "a10g", "8.9": "rtx4090", "9.0": "h100"}
 
 # A real ptxas -v block, as nvcc 13.0 printed it for rmsnorm.cu on sm_90.
@@ -50,6 +52,8 @@ def test_triton_kernels_compile_for_every_target(cc: str) -> None:
     units += [*PREFILL.compile_units(prefill_shape, "bf16", prefill_config),
               *DECODE.compile_units(decode_shape, "bf16", DECODE.default_config(decode_shape, "bf16", card)),
               *VERIFY.compile_units(verify_shape, "fp32", VERIFY.default_config(verify_shape, "fp32", card))]
+    int8_shape = INT8.check_shape(INT8.presets["llama-3-8b-ctx32k-b1-paged"])
+    units += INT8.compile_units(int8_shape, "bf16", INT8.default_config(int8_shape, "bf16", card))
     if cc == "9.0":
         units += GEMM.compile_units(gemm_shape, "fp16", {**gemm_config, "USE_TMA": True})
         units += PREFILL.compile_units(prefill_shape, "bf16", {**prefill_config, "USE_TMA": True})
@@ -70,6 +74,7 @@ def test_triton_kernels_compile_for_every_target(cc: str) -> None:
     assert split_res.kernel == "_decode_split_kernel" and split_res.grid[0] == 8
     assert combine_res.kernel == "_decode_combine_kernel" and combine_res.grid == (32, 1, 1)
     assert resources[5].kernel == "_verify_kernel" and resources[5].grid == (64, 1, 1) and resources[5].spills == 0
+    assert resources[6].kernel == "_decode_int8_kernel" and resources[6].grid[0] == 8
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: CUDA C++ resources need it")

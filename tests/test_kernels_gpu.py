@@ -84,3 +84,15 @@ def test_draft_verify_on_gpu(preset: str) -> None:
     spec = DraftVerifySpec()
     result = run(spec, spec.presets[preset], "fp32", _card())
     assert result.mode == "gpu" and result.check.correct, result.check.where
+
+
+@pytest.mark.parametrize("preset", ["llama-3-8b-ctx32k-b1", "llama-3-8b-ctx8k-b32-paged"])
+@pytest.mark.parametrize("key_scales", [0, 1])
+def test_int8_decode_on_gpu(preset: str, key_scales: int) -> None:
+    from iotrace.kernels.int8_kv import Int8DecodeSpec
+    from iotrace.runner import run
+
+    spec = Int8DecodeSpec()
+    result = run(spec, {**spec.presets[preset], "key_scales": key_scales}, "bf16", _card())
+    assert result.mode == "gpu" and result.check.correct, result.check.where
+    assert result.check.quality["cosine"] > 0.999

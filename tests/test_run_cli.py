@@ -49,7 +49,8 @@ def test_run_cuda_backend_on_cpu_reports_resources_and_why_no_check() -> None:
 
 @pytest.mark.parametrize(("kernel", "preset"), [("attention-prefill", "llama-3-8b-prefill-2k-b8-varlen"),
                                                 ("attention-decode", "llama-3-8b-ctx8k-b32-varlen"),
-                                                ("draft-verify", "llama-3-b64-g4")])
+                                                ("draft-verify", "llama-3-b64-g4"),
+                                                ("attention-decode-int8", "llama-3-8b-ctx8k-b32-paged")])
 def test_run_attention_presets(kernel: str, preset: str) -> None:
     out = _run_json(kernel, "--preset", preset, "--dtype", "fp32" if kernel == "draft-verify" else "bf16",
                     "--card", "h200")
@@ -57,6 +58,8 @@ def test_run_attention_presets(kernel: str, preset: str) -> None:
     assert out["bound"] == ("compute" if kernel.endswith("prefill") else "memory")
     if kernel == "draft-verify":
         assert out["dtype"] == "fp32" and out["check"]["shape"]["vocab"] < 128256
+    if kernel == "attention-decode-int8":  # quality against the unquantised cache rides along with the check
+        assert out["check"]["quality"]["cosine"] > 0.999
 
 
 def test_run_accepts_a_config_inside_the_space() -> None:
@@ -79,7 +82,8 @@ def test_kernels_lists_builtins() -> None:
     result = run_cli("kernels", "--json")
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
-    assert {"gemm", "rmsnorm", "attention-prefill", "attention-decode", "draft-verify"} <= set(rows)
+    assert {"gemm", "rmsnorm", "attention-prefill", "attention-decode", "draft-verify",
+            "attention-decode-int8"} <= set(rows)
     assert rows["rmsnorm"]["backends"] == ["triton", "cuda"] and rows["rmsnorm"]["space_size"]["cuda"] == 5
     assert "llama-3-8b-qkv-prefill-2k" in rows["gemm"]["presets"] and rows["gemm"]["space_size"]["triton"] > 100
 

@@ -19,7 +19,7 @@ __all__ = ["BUILTIN_PLUGINS", "ENV_NO_AUTOLOAD", "ENV_PLUGINS", "kernel", "kerne
 
 #: Modules shipped with iotrace that register kernels.
 BUILTIN_PLUGINS = ("iotrace.kernels.gemm", "iotrace.kernels.rmsnorm", "iotrace.kernels.attention_prefill",
-                   "iotrace.kernels.attention_decode", "iotrace.kernels.draft_verify")
+                   "iotrace.kernels.attention_decode", "iotrace.kernels.draft_verify", "iotrace.kernels.int8_kv")
 #: Comma-separated modules to load as plugins (local work, tests).
 ENV_PLUGINS = "IOTRACE_PLUGINS"
 #: Set to 1 to skip installed ``iotrace`` entry points (as pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD).

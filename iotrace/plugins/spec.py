@@ -214,6 +214,14 @@ class KernelSpec(ABC):
     def tolerance(self, dtype: str) -> Tolerance:
         """The error allowed against :meth:`reference` for outputs of ``dtype``."""
 
+    def output_tolerance(self, output: str, dtype: str) -> Tolerance:
+        """The error allowed for one named output; by default :meth:`tolerance` for all of them."""
+        return self.tolerance(dtype)
+
+    def quality(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """Figures of merit beyond pass/fail (e.g. a lossy kernel's error against the exact answer); none by default."""
+        return {}
+
     # --- cost and tuning ----------------------------------------------------------------------------------
 
     @abstractmethod

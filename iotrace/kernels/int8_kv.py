@@ -1,0 +1,414 @@
+"""INT8 KV cache: quantise K and V rows as they are appended, and decode attention that reads the int8 cache.
+
+Symmetric quantisation, x ≈ scale · x_q with x_q = round(x / scale) in [−127, 127] and scale = absmax / 127
+(Dettmers et al. 2022, "LLM.int8()", absmax quantisation). Scales are per token and per KV head for V, and for
+K either the same (``key_scales=0``) or per channel of each KV head (``key_scales=1``): keys carry a few
+outlier channels many times the rest (Liu et al. 2024, "KIVI", section 3), which a per-token scale spreads over
+every channel. Per-channel key scales are fixed when the cache is created (calibrated on the prompt) and reused
+for every appended token.
+
+The cache is contiguous (batch, max_context, H_kv, d) or paged (pages, PAGE, H_kv, d) with a block table
+(batch, pages per sequence) of page ids, as serving engines keep it (Kwon et al. 2023, "PagedAttention").
+
+Decode reads int8 K and V and folds the scales into the math: s_j = (q ⊙ k_scale) · k_q_j · k_scale_j (one
+of the two scales is 1), and o = Σ_j (p_j · v_scale_j) · v_q_j / Σ_j p_j; it is the split-KV kernel of
+attention_decode.py (same combine kernel) with int8 loads.
+
+Cost (identity 3 and 4): KV bytes per token fall from 2·H_kv·d·2 (fp16) to 2·H_kv·d·1 + 2·H_kv·4 (int8 plus fp32
+scales per token and head): 1.94x fewer at d = 128, which is the decode speedup's ceiling.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+import triton
+import triton.language as tl
+
+from iotrace.errors import InvalidValueError
+from iotrace.kernels.attention_common import attention_flops, check_heads, reference_attention, shape_lengths
+from iotrace.kernels.attention_decode import _decode_combine_kernel, _group_pad, default_splits
+from iotrace.kernels.backend import interpreting
+from iotrace.models import model
+from iotrace.plugins import hookimpl
+from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
+
+if TYPE_CHECKING:
+    from iotrace.cards import Card
+
+__all__ = ["PAGE", "Int8DecodeSpec", "append_int8", "decode_int8", "quantize_reference"]
+
+_TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+LOG2E = 1.4426950408889634
+#: Tokens per page of the paged cache (vLLM's default block size is 16).
+PAGE = 16
+#: Outlier channels per KV head in the `outliers=1` data, and how much larger they are (the issue's "20x").
+OUTLIER_CHANNELS, OUTLIER_SCALE = 4, 20.0
+
+
+# --- quantise on append -------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _append_kernel(
+    x_ptr, cache_ptr, scale_ptr, lens_ptr, table_ptr, channel_scale_ptr,
+    stride_xb, stride_xt, stride_xh, stride_cp, stride_cs, stride_ch, stride_sp, stride_ss, stride_sh,
+    stride_tb, T_NEW,
+    HEAD_DIM: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PER_CHANNEL: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    head = tl.program_id(1)
+    seq = (pid // T_NEW).to(tl.int64)
+    t = pid % T_NEW
+    pos = tl.load(lens_ptr + seq) + t
+    if PAGED:
+        page = tl.load(table_ptr + seq * stride_tb + pos // PAGE_SIZE).to(tl.int64)
+        slot = pos % PAGE_SIZE
+    else:  # the contiguous cache is one "page" per sequence
+        page = seq
+        slot = pos
+    offs_d = tl.arange(0, HEAD_DIM)
+    x = tl.load(x_ptr + seq * stride_xb + t * stride_xt + head * stride_xh + offs_d).to(tl.float32)
+    if PER_CHANNEL:
+        scale = tl.load(channel_scale_ptr + head * HEAD_DIM + offs_d)
+        x_q = tl.floor(x / scale + 0.5)
+    else:
+        absmax = tl.max(tl.abs(x), 0)
+        scale = tl.where(absmax > 0, absmax / 127.0, 1.0)
+        x_q = tl.floor(x / scale + 0.5)
+        tl.store(scale_ptr + page * stride_sp + slot * stride_ss + head * stride_sh, scale)
+    x_q = tl.minimum(tl.maximum(x_q, -127.0), 127.0)
+    tl.store(cache_ptr + page * stride_cp + slot * stride_cs + head * stride_ch + offs_d, x_q.to(tl.int8))
+
+
+def _slot_view(cache: torch.Tensor) -> tuple[int, int, int]:
+    return cache.stride(0), cache.stride(1), cache.stride(2)
+
+
+def append_int8(x: torch.Tensor, cache: torch.Tensor, scales: torch.Tensor | None, lens: torch.Tensor,
+                table: torch.Tensor | None = None, channel_scales: torch.Tensor | None = None) -> None:
+    """Quantise new rows x (B, T_new, H_kv, d) into ``cache`` at positions lens[b] .. lens[b] + T_new − 1.
+
+    ``cache`` is (B, T_max, H_kv, d) int8, or (pages, PAGE, H_kv, d) with ``table`` (B, pages per sequence);
+    ``scales`` is the matching (…, H_kv) fp32 per-token scale array, or None with ``channel_scales`` (H_kv, d).
+    """
+    batch, t_new, heads, d = x.shape
+    if cache.dtype != torch.int8 or cache.shape[2:] != (heads, d):
+        raise InvalidValueError(f"int8 cache {tuple(cache.shape)} {cache.dtype} does not hold rows {tuple(x.shape)}",
+                                "the cache is int8 with the same KV heads and head dim as the rows")
+    capacity = cache.shape[1] if table is None else table.shape[1] * PAGE
+    if int(lens.max()) + t_new > capacity:
+        raise InvalidValueError(f"appending {t_new} tokens to a sequence of {int(lens.max())} overflows the cache of "
+                                f"{capacity} positions", "allocate a longer cache (or more pages) first")
+    if table is not None and (int(table.max()) >= cache.shape[0] or int(table.min()) < 0):
+        raise InvalidValueError(f"the block table names pages outside 0..{cache.shape[0] - 1}", "check the table")
+    per_channel = channel_scales is not None
+    scale_arg = scales if scales is not None else channel_scales
+    s_strides = _slot_view(scales) if scales is not None else (0, 0, 0)
+    _append_kernel[(batch * t_new, heads)](
+        x, cache, scale_arg, lens, table if table is not None else lens,
+        channel_scales if per_channel else scale_arg,
+        x.stride(0), x.stride(1), x.stride(2), *_slot_view(cache), *s_strides,
+        table.stride(0) if table is not None else 0, t_new,
+        HEAD_DIM=d, PAGED=table is not None, PAGE_SIZE=PAGE, PER_CHANNEL=per_channel, num_warps=1)
+
+
+def quantize_reference(x: torch.Tensor, channel_scales: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The same quantiser in torch: x (…, H_kv, d) -> (int8 values, per-token-head scales or None)."""
+    xf = x.float()
+    if channel_scales is not None:
+        return torch.floor(xf / channel_scales.float() + 0.5).clamp(-127, 127).to(torch.int8), None
+    absmax = xf.abs().amax(-1)
+    scale = torch.where(absmax > 0, absmax / 127.0, torch.ones_like(absmax))
+    return torch.floor(xf / scale[..., None] + 0.5).clamp(-127, 127).to(torch.int8), scale
+
+
+def channel_scales_for(prompt_keys: torch.Tensor) -> torch.Tensor:
+    """Per-channel key scales calibrated on a prompt's keys (…, H_kv, d): absmax over the tokens / 127."""
+    absmax = prompt_keys.float().reshape(-1, *prompt_keys.shape[-2:]).abs().amax(0)
+    return torch.where(absmax > 0, absmax / 127.0, torch.ones_like(absmax))
+
+
+# --- decode over the int8 cache -----------------------------------------------------------------------------
+
+
+@triton.jit
+def _decode_int8_kernel(
+    q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, kc_ptr, lens_ptr, table_ptr, po_ptr, plse_ptr,
+    stride_qb, stride_qh, stride_cp, stride_cs, stride_ch, stride_sp, stride_ss, stride_sh, stride_tb,
+    stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
+    KV_HEADS, GROUP, qk_scale,
+    HEAD_DIM: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PER_CHANNEL: tl.constexpr, UPCAST: tl.constexpr,
+):
+    pid_bh = tl.program_id(0)
+    split = tl.program_id(1)
+    seq = (pid_bh // KV_HEADS).to(tl.int64)
+    kv_head = pid_bh % KV_HEADS
+    length = tl.load(lens_ptr + seq)
+    chunk = tl.cdiv(tl.cdiv(length, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, length)
+    rows = tl.arange(0, GROUP_PAD)
+    row_ok = rows < GROUP
+    heads = kv_head * GROUP + rows
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=row_ok[:, None],
+                other=0.0).to(tl.float32)
+    if PER_CHANNEL:  # fold the per-channel key scales into q once
+        q = q * tl.load(kc_ptr + kv_head * HEAD_DIM + offs_d)[None, :]
+    m_i = tl.full((GROUP_PAD,), -float("inf"), tl.float32)
+    l_i = tl.zeros((GROUP_PAD,), tl.float32)
+    acc = tl.zeros((GROUP_PAD, HEAD_DIM), tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < hi
+        if PAGED:
+            page = tl.load(table_ptr + seq * stride_tb + offs_n // PAGE_SIZE, mask=key_ok, other=0).to(tl.int64)
+            slot = offs_n % PAGE_SIZE
+        else:
+            page = seq + tl.zeros_like(offs_n).to(tl.int64)
+            slot = offs_n
+        base = page * stride_cp + slot * stride_cs + kv_head * stride_ch
+        k = tl.load(k_ptr + base[None, :] + offs_d[:, None], mask=key_ok[None, :], other=0).to(tl.float32)
+        v = tl.load(v_ptr + base[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0).to(tl.float32)
+        scale_at = page * stride_sp + slot * stride_ss + kv_head * stride_sh
+        v_scale = tl.load(vs_ptr + scale_at, mask=key_ok, other=0.0)
+        # Tensor-core dots in the query's 16-bit type: int8 values are exact in fp16 and bf16 (fp32 operands would
+        # run as TF32 on a GPU); the interpreter's bf16 dot is broken (env-probe.md), so it stays in fp32 there.
+        if UPCAST:  # noqa: SIM108
+            qk = tl.dot(q, k)
+        else:
+            qk = tl.dot(q.to(q_ptr.dtype.element_ty), k.to(q_ptr.dtype.element_ty))
+        if not PER_CHANNEL:
+            qk = qk * tl.load(ks_ptr + scale_at, mask=key_ok, other=0.0)[None, :]
+        qk = tl.where(key_ok[None, :], qk * qk_scale, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        p = tl.math.exp2(qk - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        weights = p * v_scale[None, :]  # the V scale folded into the softmax weights
+        if UPCAST:
+            acc = acc * alpha[:, None] + tl.dot(weights, v)
+        else:
+            acc = tl.dot(weights.to(q_ptr.dtype.element_ty), v.to(q_ptr.dtype.element_ty), acc * alpha[:, None])
+        m_i = m_new
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    tl.store(po_ptr + seq * stride_pb + heads[:, None] * stride_ph + split * stride_ps + offs_d[None, :],
+             acc / l_safe[:, None], mask=row_ok[:, None])
+    lse = tl.where(l_i == 0.0, -float("inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    tl.store(plse_ptr + seq * stride_lb + heads * stride_lh + split, lse, mask=row_ok)
+
+
+def decode_int8(q: torch.Tensor, k_q: torch.Tensor, v_q: torch.Tensor, k_scales: torch.Tensor | None,
+                v_scales: torch.Tensor, context_lens: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                config: Mapping[str, int], table: torch.Tensor | None = None,
+                channel_scales: torch.Tensor | None = None) -> None:
+    """Decode attention of q (B, H_q, d) over an int8 cache (contiguous, or paged with ``table``)."""
+    batch, heads, d = q.shape
+    kv_heads = k_q.shape[2]
+    check_heads("attention-decode-int8", {"heads": heads, "kv_heads": kv_heads, "head_dim": d})
+    capacity = k_q.shape[1] if table is None else table.shape[1] * PAGE
+    if int(context_lens.max()) > capacity or int(context_lens.min()) < 1:
+        raise InvalidValueError(f"context lengths {int(context_lens.min())}..{int(context_lens.max())} fall outside "
+                                f"the cache of {capacity} positions", "each length must lie in 1..the cache length")
+    splits, group = config["NUM_SPLITS"], heads // kv_heads
+    partial_o = torch.empty(batch, heads, splits, d, dtype=torch.float32, device=q.device)
+    partial_lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
+    per_channel = channel_scales is not None
+    ks = v_scales if per_channel else k_scales
+    _decode_int8_kernel[(batch * kv_heads, splits)](
+        q, k_q, v_q, ks, v_scales, channel_scales if per_channel else v_scales, context_lens,
+        table if table is not None else context_lens, partial_o, partial_lse,
+        q.stride(0), q.stride(1), *_slot_view(k_q), *_slot_view(v_scales),
+        table.stride(0) if table is not None else 0,
+        partial_o.stride(0), partial_o.stride(1), partial_o.stride(2), partial_lse.stride(0), partial_lse.stride(1),
+        kv_heads, group, LOG2E / math.sqrt(d),
+        HEAD_DIM=d, GROUP_PAD=_group_pad(group), BLOCK_N=config["BLOCK_N"], NUM_SPLITS=splits,
+        PAGED=table is not None, PAGE_SIZE=PAGE, PER_CHANNEL=per_channel, UPCAST=interpreting(),
+        num_warps=config["num_warps"], num_stages=config["num_stages"])
+    _decode_combine_kernel[(batch * heads,)](
+        partial_o, partial_lse, out, lse,
+        partial_o.stride(0), partial_o.stride(1), partial_o.stride(2), partial_lse.stride(0), partial_lse.stride(1),
+        out.stride(0), out.stride(1), lse.stride(0), heads,
+        HEAD_DIM=d, NUM_SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+
+
+# --- spec ---------------------------------------------------------------------------------------------------
+
+
+def _model_presets() -> dict[str, Shape]:
+    presets: dict[str, Shape] = {}
+    for key, context, batch, paged in itertools.product(("llama-3-8b", "gemma-2-27b"), (8192, 32768), (1, 32),
+                                                        (0, 1)):
+        m = model(key)
+        presets[f"{key}-ctx{context // 1024}k-b{batch}" + ("-paged" if paged else "")] = {
+            "batch": batch, "heads": m.heads, "kv_heads": m.kv_heads, "head_dim": m.head_dim, "context": context,
+            "varlen": int(batch > 1), "paged": paged, "key_scales": 1, "outliers": 1}
+    return presets
+
+
+class Int8DecodeSpec(KernelSpec):
+    """Decode over an int8 cache. make_inputs quantises with :func:`quantize_reference` (the torch twin of
+    :func:`append_int8`, which the tests hold to it); ``quality`` reports the error against fp32 attention over
+    the unquantised K and V."""
+
+    name: ClassVar[str] = "attention-decode-int8"
+    summary: ClassVar[str] = "split-KV decode over an int8 KV cache (per-token or per-channel key scales, paged)"
+    dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
+    shape_keys: ClassVar[tuple[str, ...]] = ("batch", "heads", "kv_heads", "head_dim", "context", "varlen", "paged",
+                                             "key_scales", "outliers")
+    shape_flags: ClassVar[tuple[str, ...]] = ("varlen", "paged", "key_scales", "outliers")
+    presets: ClassVar[dict[str, Shape]] = _model_presets()
+    default_shape: ClassVar[Shape] = {"batch": 3, "heads": 8, "kv_heads": 2, "head_dim": 64, "context": 333,
+                                      "varlen": 1, "paged": 1, "key_scales": 1, "outliers": 1}
+    interpreter_budget: ClassVar[int] = 50_000
+
+    def check_shape(self, shape: Mapping[str, int]) -> Shape:
+        out = super().check_shape(shape)
+        check_heads(self.name, out)
+        return out
+
+    def reduce_shape(self, shape: Shape, max_elements: int) -> Shape:
+        if shape["batch"] * shape["heads"] * shape["context"] <= max_elements:
+            return dict(shape)
+        group = shape["heads"] // shape["kv_heads"]
+        small = {**shape, "batch": min(shape["batch"], 3), "kv_heads": min(shape["kv_heads"], 2)}
+        small["heads"] = small["kv_heads"] * group
+        small["context"] = min(shape["context"], max(33, max_elements // (small["batch"] * small["heads"])) | 1)
+        return small
+
+    def make_inputs(self, shape: Shape, dtype: str, device: str, seed: int) -> dict[str, torch.Tensor]:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        b, t, hkv, d = shape["batch"], shape["context"], shape["kv_heads"], shape["head_dim"]
+        k, v = (torch.randn(b, t, hkv, d, generator=gen) for _ in range(2))
+        if shape["outliers"]:  # a few key channels 20x the rest, as real keys have
+            channels = torch.randperm(d, generator=gen)[:OUTLIER_CHANNELS]
+            k[..., channels] *= OUTLIER_SCALE
+        dt = _TORCH_DTYPES[dtype]
+        k, v = k.to(dt), v.to(dt)
+        lens = torch.tensor(shape_lengths(shape, "context"), dtype=torch.int32)
+        inputs = {"q": torch.randn(b, shape["heads"], d, generator=gen).to(dt), "k": k, "v": v,
+                  "context_lens": lens}
+        channel = channel_scales_for(k) if shape["key_scales"] else None
+        pages = math.ceil(t / PAGE)
+        if shape["paged"]:  # every sequence's pages scattered over one pool, in a shuffled order
+            table = torch.randperm(b * pages, generator=gen).reshape(b, pages).to(torch.int32)
+            cache_shape: tuple[int, ...] = (b * pages, PAGE, hkv, d)
+            inputs["table"] = table
+        else:
+            table, cache_shape = None, (b, t, hkv, d)
+        for name, x, scales in (("k", k, channel), ("v", v, None)):
+            q_vals, s_vals = quantize_reference(x, scales)
+            if table is not None:  # scatter the contiguous rows into their pages
+                flat = table.long()[:, :, None] * PAGE + torch.arange(PAGE)
+                index = flat.reshape(b, -1)[:, :t]
+                paged_q = torch.zeros(cache_shape, dtype=torch.int8).reshape(-1, hkv, d)
+                paged_q[index.reshape(-1)] = q_vals.reshape(-1, hkv, d)
+                q_vals = paged_q.reshape(cache_shape)
+                if s_vals is not None:
+                    paged_s = torch.zeros(cache_shape[:3]).reshape(-1, hkv)
+                    paged_s[index.reshape(-1)] = s_vals.reshape(-1, hkv)
+                    s_vals = paged_s.reshape(cache_shape[:3])
+            inputs[f"{name}_q"] = q_vals
+            if s_vals is not None:
+                inputs[f"{name}_scale"] = s_vals
+        if channel is not None:
+            inputs["k_channel_scale"] = channel
+        return {n: x.to(device) for n, x in inputs.items()}
+
+    def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        q = inputs["q"]
+        return {"out": torch.empty_like(q),
+                "lse": torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)}
+
+    def _dequantized(self, inputs: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
+        """The (B, T, H_kv, d) cache the kernel sees, dequantised, in sequence order."""
+        values = inputs[f"{name}_q"].float().cpu()
+        if f"{name}_scale" in inputs:
+            values = values * inputs[f"{name}_scale"].float().cpu()[..., None]
+        else:
+            values = values * inputs["k_channel_scale"].float().cpu()
+        if "table" in inputs:
+            b, t = inputs["k"].shape[:2]
+            table = inputs["table"].long().cpu()
+            index = (table[:, :, None] * PAGE + torch.arange(PAGE)).reshape(b, -1)[:, :t]
+            values = values.reshape(-1, *values.shape[2:])[index]
+        return values
+
+    def _attention(self, inputs: Mapping[str, torch.Tensor], k: torch.Tensor, v: torch.Tensor) -> dict:
+        outs, lses = [], []
+        for b, length in enumerate(inputs["context_lens"].tolist()):
+            o, lse = reference_attention(inputs["q"][b:b + 1].cpu(), k[b, :length], v[b, :length], causal=False)
+            outs.append(o[0])
+            lses.append(lse[:, 0])
+        return {"out": torch.stack(outs), "lse": torch.stack(lses)}
+
+    def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Attention over the dequantised cache: what the kernel must compute exactly (up to rounding)."""
+        return self._attention(inputs, self._dequantized(inputs, "k"), self._dequantized(inputs, "v"))
+
+    def quality(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """The int8 cache's cost in accuracy: output against fp32 attention over the original K and V."""
+        exact = self._attention(inputs, inputs["k"].float().cpu(), inputs["v"].float().cpu())["out"].double()
+        got = outputs["out"].double().cpu()
+        cosine = torch.nn.functional.cosine_similarity(got.reshape(-1), exact.reshape(-1), dim=0)
+        return {"cosine": float(cosine), "max_abs_err": float((got - exact).abs().max()),
+                "rel_err": float((got - exact).norm() / exact.norm())}
+
+    def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+                      backend: str = "triton") -> None:
+        decode_int8(inputs["q"], inputs["k_q"], inputs["v_q"], inputs.get("k_scale"), inputs["v_scale"],
+                    inputs["context_lens"], outputs["out"], outputs["lse"], config, inputs.get("table"),
+                    inputs.get("k_channel_scale"))
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        return {"fp16": Tolerance(4e-3, 4e-3), "bf16": Tolerance(2.5e-2, 2.5e-2)}[self.check_dtype(dtype)]
+
+    def cost(self, shape: Shape, dtype: str) -> Cost:
+        lens = shape_lengths(shape, "context")
+        h, hkv, d, e = shape["heads"], shape["kv_heads"], shape["head_dim"], DTYPE_BYTES[dtype]
+        flops = sum(attention_flops(1, n, h, d, causal=False) for n in lens)
+        scale_bytes = (1 if shape["key_scales"] else 2) * hkv * 4  # fp32 scales per token and KV head
+        kv_bytes = sum(n * (2 * hkv * d + scale_bytes) for n in lens)
+        nbytes = float(kv_bytes + shape["batch"] * h * (2 * d * e + 4))
+        return Cost(flops, nbytes, DTYPE_PEAK[dtype],
+                    "FLOPs = Σ_b 4·L_b·H·d; bytes = Σ_b L_b·(2·H_kv·d [int8 K, V] + scales·H_kv·4) + B·H·(2·d·e + 4)")
+
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+        return [{"BLOCK_N": bn, "NUM_SPLITS": s, "num_warps": w, "num_stages": st}
+                for bn, s, w, st in itertools.product((16, 32, 64, 128), (1, 2, 4, 8, 16, 32, 64), (2, 4, 8),
+                                                      (1, 2, 3))
+                if s * bn <= max(shape["context"], bn)]
+
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+        return {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2,
+                "NUM_SPLITS": default_splits(shape["batch"], shape["kv_heads"], shape["context"], 64, card.sm_count)}
+
+    def compile_units(self, shape: Shape, dtype: str, config: Config, backend: str = "triton") -> list[TritonUnit]:
+        b, t, h, hkv, d = shape["batch"], shape["context"], shape["heads"], shape["kv_heads"], shape["head_dim"]
+        splits, ptr = config["NUM_SPLITS"], f"*{dtype}"
+        rows = PAGE if shape["paged"] else t
+        args: dict[str, str | int] = {
+            "q_ptr": ptr, "k_ptr": "*i8", "v_ptr": "*i8", "ks_ptr": "*fp32", "vs_ptr": "*fp32", "kc_ptr": "*fp32",
+            "lens_ptr": "*i32", "table_ptr": "*i32", "po_ptr": "*fp32", "plse_ptr": "*fp32",
+            "stride_qb": h * d, "stride_qh": d, "stride_cp": rows * hkv * d, "stride_cs": hkv * d, "stride_ch": d,
+            "stride_sp": rows * hkv, "stride_ss": hkv, "stride_sh": 1, "stride_tb": math.ceil(t / PAGE),
+            "stride_pb": h * splits * d, "stride_ph": splits * d, "stride_ps": d, "stride_lb": h * splits,
+            "stride_lh": splits, "KV_HEADS": hkv, "GROUP": h // hkv, "qk_scale": "fp32"}
+        consts = {"HEAD_DIM": d, "GROUP_PAD": _group_pad(h // hkv), "BLOCK_N": config["BLOCK_N"],
+                  "NUM_SPLITS": splits, "PAGED": bool(shape["paged"]), "PAGE_SIZE": PAGE,
+                  "PER_CHANNEL": bool(shape["key_scales"]), "UPCAST": False}
+        return [TritonUnit(__name__, "_decode_int8_kernel", args, consts, config["num_warps"], config["num_stages"],
+                           (b * hkv, splits, 1))]
+
+
+@hookimpl
+def iotrace_kernels() -> list[KernelSpec]:
+    return [Int8DecodeSpec()]
