@@ -119,9 +119,14 @@ def _conform(path: Path, table: str, given: Any, columns: dict[str, str]) -> pd.
     out: dict[str, pd.Series] = {}
     for column, dtype in columns.items():
         if column not in frame:
-            series = pd.Series([1] * n if column == "launches" else [None] * n, dtype="object")
-        else:
-            series = frame[column].reset_index(drop=True)
+            if dtype == "object":
+                out[column] = pd.Series([None] * n, dtype="object")
+                continue
+            # An absent number is missing everywhere (launches: one each); the checks below still apply to it.
+            absent = np.ones(n, dtype=np.int64) if column == "launches" else np.full(n, np.nan)
+            out[column] = _checked(path, table, column, absent, dtype)
+            continue
+        series = frame[column].reset_index(drop=True)
         out[column] = _typed(path, table, column, series, dtype)
     return pd.DataFrame(out, index=pd.RangeIndex(n))
 
@@ -129,6 +134,9 @@ def _conform(path: Path, table: str, given: Any, columns: dict[str, str]) -> pd.
 def _typed(path: Path, table: str, column: str, series: pd.Series, dtype: str) -> pd.Series:
     if dtype == "object":
         return series.astype("object").where(series.notna(), None)
+    if series.dtype == np.int64 or series.dtype == np.float64:
+        # Already plain numbers: the same checks as below, in one numpy pass instead of pandas' per-column machinery.
+        return _checked(path, table, column, series.to_numpy(), dtype)
     try:
         # numpy_nullable keeps whole numbers as Int64: a float64 detour would round ns timestamps past 2^53.
         values = pd.to_numeric(series, errors="raise", dtype_backend="numpy_nullable")
@@ -161,6 +169,38 @@ def _typed(path: Path, table: str, column: str, series: pd.Series, dtype: str) -
             return values.astype(dtype)
         return floats.round().astype(dtype)
     return floats
+
+
+def _checked(path: Path, table: str, column: str, values: np.ndarray, dtype: str) -> pd.Series:
+    """:func:`_typed` for a plain int64 or float64 array: the same checks, in the same order, with the same messages."""
+    whole = values.dtype == np.int64
+    floats = values.astype(np.float64) if whole else values
+    if np.isinf(floats).any():
+        raise TraceFormatError(path, f"{table}.{column} holds an infinite number", "the file is damaged")
+    missing = None if whole else np.isnan(floats)
+    any_missing = missing is not None and bool(missing.any())
+    present = floats[~missing] if any_missing else floats
+    limit = _DURATION_LIMIT if column == "duration_ns" else _VALUE_LIMIT if dtype == "float64" else _INT_LIMIT
+    if len(present) and (np.abs(present).max() >= limit):
+        raise TraceFormatError(path, f"{table}.{column} holds {np.abs(present).max():.3g}, beyond any real value "
+                                     f"(limit {limit:.3g})", "the file is damaged")
+    if column.endswith(("_ns", "bytes", "launches")) and len(present) and present.min() < 0 \
+            and column not in ("start_ns", "end_ns"):
+        raise TraceFormatError(path, f"{table}.{column} holds a negative value ({present.min():g})",
+                               "the file is damaged")
+    if table == "metrics" and column == "value" and any_missing:
+        raise TraceFormatError(path, "a metric value is NaN or missing", "the file is damaged")
+    if dtype in ("int64", "Int64"):
+        if dtype == "int64" and any_missing:
+            raise TraceFormatError(path, f"{table}.{column} is missing a value it needs", "the file is damaged")
+        if whole:
+            return pd.Series(values.copy(), dtype=dtype)
+        fractional = present != np.floor(present)
+        if fractional.any():
+            raise TraceFormatError(path, f"{table}.{column} holds a fraction where a whole number belongs "
+                                         f"({present[fractional][0]!r})", "the file is damaged")
+        return pd.Series(np.round(floats)).astype(dtype)
+    return pd.Series(floats.copy() if floats is values else floats, dtype="float64")
 
 
 def is_finite(value: Any) -> bool:

@@ -28,6 +28,7 @@ import pandas as pd
 from iotrace.trace.devices import vendor_of, with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
+from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._common import attach_paths, int_or_none, us_to_ns
 from iotrace.trace.hookspecs import hookimpl
 from iotrace.trace.parser import Head, TraceParser, read_bytes
@@ -48,7 +49,7 @@ class KinetoParser(TraceParser):
     priority = 10  # generic: any JSON document; specific magic bytes are tried first
 
     def sniff(self, head: Head) -> bool:
-        return head.data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
+        return _sniff.kineto(head)
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path
@@ -157,8 +158,10 @@ def _scan(text: str) -> tuple[dict[str, Any], list[dict[str, Any]], bool] | None
                     if event.get("ph") == "X" and cat in wanted:
                         keep(event)
                     index += 1
-                    i = skip(text, i).end()
                     c = text[i:i + 1]
+                    if c != "," and c != "]":  # writers put the comma right after the event: skip only when not
+                        i = skip(text, i).end()
+                        c = text[i:i + 1]
                     if c == "]":
                         i += 1
                         break

@@ -18,13 +18,14 @@ import pandas as pd
 from iotrace.trace.devices import with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
+from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._csv import find_header, number, read_rows
 from iotrace.trace.hookspecs import hookimpl
 from iotrace.trace.parser import Head, TraceParser
 from iotrace.trace.tables import TraceTables, build
 
-DETAILS = {"ID", "Kernel Name", "Metric Name", "Metric Value"}
-RAW = {"ID", "Kernel Name"}
+DETAILS = _sniff.NCU_DETAILS
+RAW = _sniff.NCU_RAW
 _DIMS = re.compile(r"^\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)$")
 
 
@@ -34,11 +35,7 @@ class NcuCsvParser(TraceParser):
     priority = 50
 
     def sniff(self, head: Head) -> bool:
-        for line in head.lines(400):
-            cells = {c.strip().strip('"') for c in line.split(",")}
-            if cells >= RAW:
-                return True
-        return False
+        return _sniff.ncu_csv(head)
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path

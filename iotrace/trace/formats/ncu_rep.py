@@ -27,11 +27,12 @@ import pandas as pd
 from iotrace.trace.devices import with_cards
 from iotrace.trace.errors import TraceFormatError, TraceToolError
 from iotrace.trace.fields import fields
+from iotrace.trace.formats import _sniff
 from iotrace.trace.hookspecs import hookimpl
 from iotrace.trace.parser import Head, TraceParser
 from iotrace.trace.tables import TraceTables, build
 
-MAGIC = b"NVR\x00"
+MAGIC = _sniff.NCU_REP_MAGIC
 _VERSION = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
 
 
@@ -41,7 +42,7 @@ class NcuRepParser(TraceParser):
     priority = 100
 
     def sniff(self, head: Head) -> bool:
-        return not head.gzipped and head.raw.startswith(MAGIC)
+        return _sniff.ncu_rep(head)
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path

@@ -16,12 +16,13 @@ from contextlib import closing
 from pathlib import Path
 
 from iotrace.trace.errors import TraceFormatError, TraceToolError
+from iotrace.trace.formats import _sniff
 from iotrace.trace.formats.nsys_sqlite import read_database
 from iotrace.trace.hookspecs import hookimpl
 from iotrace.trace.parser import Head, TraceParser
 from iotrace.trace.tables import TraceTables
 
-MAGIC = b"NVIDIA Tegra Profiler Report"
+MAGIC = _sniff.NSYS_REP_MAGIC
 _HEADER_VERSION = re.compile(rb"NVIDIA Tegra Profiler Report (\d{4})@(\d+)@(\d+)@(\d+)")
 #: Seconds one export may take before it is treated as hung.
 EXPORT_TIMEOUT_S = 600
@@ -39,7 +40,7 @@ class NsysRepParser(TraceParser):
     priority = 100
 
     def sniff(self, head: Head) -> bool:
-        return not head.gzipped and head.raw.startswith(MAGIC)
+        return _sniff.nsys_rep(head)
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path

@@ -23,12 +23,13 @@ import pandas as pd
 from iotrace.trace.devices import with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
+from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._common import attach_paths
 from iotrace.trace.hookspecs import hookimpl
 from iotrace.trace.parser import Head, TraceParser
 from iotrace.trace.tables import TraceTables, build
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_MAGIC = _sniff.SQLITE_MAGIC
 
 
 class NsysSqliteParser(TraceParser):
@@ -37,7 +38,7 @@ class NsysSqliteParser(TraceParser):
     priority = 100
 
     def sniff(self, head: Head) -> bool:
-        return not head.gzipped and head.raw.startswith(SQLITE_MAGIC)
+        return _sniff.nsys_sqlite(head)
 
     def parse(self, head: Head) -> TraceTables:
         check_not_truncated(head)

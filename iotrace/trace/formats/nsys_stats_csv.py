@@ -15,13 +15,14 @@ from typing import Any
 import pandas as pd
 
 from iotrace.trace.errors import TraceFormatError
+from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._csv import find_header, number, read_rows
 from iotrace.trace.hookspecs import hookimpl
 from iotrace.trace.parser import Head, TraceParser
 from iotrace.trace.tables import TraceTables, build
 
-PUSHPOP = {"Start (ns)", "End (ns)", "Name", "TID", "Lvl", "RangeId", "ParentId"}
-KERN_SUM = {"Total Time (ns)", "Instances", "Name"}
+PUSHPOP = _sniff.NSYS_PUSHPOP
+KERN_SUM = _sniff.NSYS_KERN_SUM
 
 
 class NsysStatsCsvParser(TraceParser):
@@ -30,11 +31,7 @@ class NsysStatsCsvParser(TraceParser):
     priority = 40
 
     def sniff(self, head: Head) -> bool:
-        for line in head.lines(50):
-            cells = {c.strip().strip('"') for c in line.split(",")}
-            if cells >= PUSHPOP or cells >= KERN_SUM:
-                return True
-        return False
+        return _sniff.nsys_stats_csv(head)
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path

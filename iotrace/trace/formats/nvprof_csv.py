@@ -16,13 +16,14 @@ from typing import Any
 import pandas as pd
 
 from iotrace.trace.errors import TraceFormatError
+from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._csv import find_header, read_rows
 from iotrace.trace.hookspecs import hookimpl
 from iotrace.trace.parser import Head, TraceParser
 from iotrace.trace.tables import TraceTables, build
 
-SUMMARY = {"Time(%)", "Time", "Calls", "Avg", "Name"}
-TRACE = {"Start", "Duration", "Name"}
+SUMMARY = _sniff.NVPROF_SUMMARY
+TRACE = _sniff.NVPROF_TRACE
 _TIME_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9, "": 1.0}
 _BYTE_SCALE = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "": 1}
 _VALUE = re.compile(r"^([+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ns|us|ms|s|%|B|KB|MB|GB)?$")
@@ -34,11 +35,7 @@ class NvprofCsvParser(TraceParser):
     priority = 45
 
     def sniff(self, head: Head) -> bool:
-        for line in head.lines(100):
-            cells = {c.strip().strip('"') for c in line.split(",")}
-            if cells >= SUMMARY or (cells >= TRACE and "Grid X" in cells):
-                return True
-        return False
+        return _sniff.nvprof_csv(head)
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path
