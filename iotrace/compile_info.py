@@ -212,7 +212,7 @@ def _compile_cuda(unit: CudaUnit, cc_number: int) -> Resources:
 
 
 #: Bumped when what a cache entry holds or how it is parsed changes.
-CACHE_SCHEMA = "2"
+CACHE_SCHEMA = "3"
 
 
 @functools.cache
@@ -231,8 +231,11 @@ def _compiler_version(unit: TritonUnit | CudaUnit) -> str:
 
 def _cache_key(unit: TritonUnit | CudaUnit, cc_number: int) -> str:
     if isinstance(unit, TritonUnit):
+        # The kernel's module and its siblings: @triton.jit helpers are often shared within a package
+        # (iotrace/kernels/attention_common.py), and a change to one must recompile every kernel that calls it.
         spec = importlib.util.find_spec(unit.module)
-        source = Path(spec.origin).read_bytes() if spec and spec.origin else b""
+        origin = Path(spec.origin) if spec and spec.origin else None
+        source = b"".join(p.read_bytes() for p in sorted(origin.parent.glob("*.py"))) if origin else b""
         fields = json.dumps(asdict(unit), sort_keys=True, default=str).encode()
     else:
         source, fields = unit.source.encode(), json.dumps(asdict(unit), sort_keys=True, default=str).encode()

@@ -11,14 +11,19 @@ import math
 from collections.abc import Mapping
 
 import torch
+import triton
+import triton.language as tl
 
 from iotrace.errors import InvalidValueError
 from iotrace.plugins.spec import Shape
 
-__all__ = ["HEAD_DIMS", "VARLEN_STRIDE", "check_heads", "lengths", "reference_attention"]
+__all__ = ["HEAD_DIMS", "LOG2E", "VARLEN_STRIDE", "check_heads", "lengths", "reference_attention"]
 
 #: Head dims the kernels are built and tested for (Llama-3 and Gemma-2 use 128; many small models 64).
 HEAD_DIMS = (64, 128)
+
+#: log2(e): the kernels fold it into the score scale, so exp(x) = exp2(x · log2 e) (Triton tutorial 06).
+LOG2E = 1.4426950408889634
 
 #: A prime far from any power of two: lengths i·VARLEN_STRIDE mod (L/2) spread over [L/2, L] unevenly.
 VARLEN_STRIDE = 7919
@@ -75,3 +80,24 @@ def attention_flops(q_len: int, k_len: int, heads: int, head_dim: int, causal: b
 
 def shape_lengths(shape: Shape, key: str) -> list[int]:
     return lengths(shape["batch"], shape[key], shape.get("varlen", 0))
+
+
+@triton.jit
+def online_softmax_step(qk, m_i, l_i):
+    """One key block of the online softmax, in base 2 (scores already times log2 e): the block's weights p, the
+    factor alpha that rescales what was accumulated before, and the new running max and sum (Milakov & Gimelshein
+    2018, "Online normalizer calculation for softmax"). A row with no visible key yet keeps max -inf and sum 0."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+    p = tl.math.exp2(qk - m_safe[:, None])
+    alpha = tl.math.exp2(m_i - m_safe)
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
+def finish_softmax(m_i, l_i):
+    """The divisor for the accumulated output (1 for a row with no key) and the natural-log log-sum-exp (-inf for
+    such a row, with no log2(0) evaluated)."""
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    lse = tl.where(l_i == 0.0, -float("inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    return l_safe, lse

@@ -24,7 +24,15 @@ import triton
 import triton.language as tl
 
 from iotrace.errors import InvalidValueError
-from iotrace.kernels.attention_common import attention_flops, check_heads, reference_attention, shape_lengths
+from iotrace.kernels.attention_common import (
+    LOG2E,
+    attention_flops,
+    check_heads,
+    finish_softmax,
+    online_softmax_step,
+    reference_attention,
+    shape_lengths,
+)
 from iotrace.kernels.backend import interpreting
 from iotrace.models import model
 from iotrace.plugins import hookimpl
@@ -36,8 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["DecodeSpec", "default_splits", "flash_decode"]
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 @triton.jit
@@ -85,22 +91,17 @@ def _decode_split_kernel(
         else:
             qk = tl.dot(q, k)
         qk = tl.where(key_ok[None, :], qk * qk_scale, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-        p = tl.math.exp2(qk - m_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = online_softmax_step(qk, m_i, l_i)
         if UPCAST:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32))
         else:
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
     # An empty split writes o = 0 and lse = -inf, which the combine step weighs by exp(-inf) = 0.
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    l_safe, lse = finish_softmax(m_i, l_i)
     tl.store(po_ptr + seq * stride_pb + heads[:, None] * stride_ph + split * stride_ps + offs_d[None, :],
              acc / l_safe[:, None], mask=row_ok[:, None])
     # Natural log again; a row with no key gets -inf (and no log2(0) is evaluated).
-    lse = tl.where(l_i == 0.0, -float("inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
     tl.store(plse_ptr + seq * stride_lb + heads * stride_lh + split, lse, mask=row_ok)
 
 

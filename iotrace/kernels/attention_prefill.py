@@ -23,7 +23,15 @@ import triton
 import triton.language as tl
 
 from iotrace.errors import InvalidValueError
-from iotrace.kernels.attention_common import attention_flops, check_heads, reference_attention, shape_lengths
+from iotrace.kernels.attention_common import (
+    LOG2E,
+    attention_flops,
+    check_heads,
+    finish_softmax,
+    online_softmax_step,
+    reference_attention,
+    shape_lengths,
+)
 from iotrace.kernels.backend import interpreting
 from iotrace.models import model
 from iotrace.plugins import hookimpl
@@ -35,8 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["PrefillSpec", "flash_prefill"]
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x · log2 e)
-LN2 = 0.6931471805599453    # ln(2): turns the base-2 running max back into a natural log-sum-exp
 
 
 @triton.jit
@@ -104,22 +110,16 @@ def _prefill_kernel(
         if CAUSAL:
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + shift)
         qk = tl.where(visible, qk * qk_scale, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a row with no visible key yet stays at zero
-        p = tl.math.exp2(qk - m_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = online_softmax_step(qk, m_i, l_i)
         if UPCAST:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32))
         else:
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    l_safe, lse = finish_softmax(m_i, l_i)
     out = acc / l_safe[:, None]
     tl.store(o_ptr + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-    # Natural log again; a row with no key gets -inf (and no log2(0) is evaluated).
-    lse = tl.where(l_i == 0.0, -float("inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
     tl.store(lse_ptr + head * stride_lh + q_start + offs_m, lse, mask=row_ok)
 
 

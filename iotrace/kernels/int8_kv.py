@@ -30,7 +30,15 @@ import triton
 import triton.language as tl
 
 from iotrace.errors import InvalidValueError
-from iotrace.kernels.attention_common import attention_flops, check_heads, reference_attention, shape_lengths
+from iotrace.kernels.attention_common import (
+    LOG2E,
+    attention_flops,
+    check_heads,
+    finish_softmax,
+    online_softmax_step,
+    reference_attention,
+    shape_lengths,
+)
 from iotrace.kernels.attention_decode import _decode_combine_kernel, _group_pad, default_splits
 from iotrace.kernels.backend import interpreting
 from iotrace.models import model
@@ -43,7 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["PAGE", "Int8DecodeSpec", "append_int8", "decode_int8", "quantize_reference"]
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-LOG2E = 1.4426950408889634
 #: Tokens per page of the paged cache (vLLM's default block size is 16).
 PAGE = 16
 #: Outlier channels per KV head in the `outliers=1` data, and how much larger they are (the issue's "20x").
@@ -188,21 +195,16 @@ def _decode_int8_kernel(
         if not PER_CHANNEL:
             qk = qk * tl.load(ks_ptr + scale_at, mask=key_ok, other=0.0)[None, :]
         qk = tl.where(key_ok[None, :], qk * qk_scale, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-        p = tl.math.exp2(qk - m_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = online_softmax_step(qk, m_i, l_i)
         weights = p * v_scale[None, :]  # the V scale folded into the softmax weights
         if UPCAST:
             acc = acc * alpha[:, None] + tl.dot(weights, v)
         else:
             acc = tl.dot(weights.to(q_ptr.dtype.element_ty), v.to(q_ptr.dtype.element_ty), acc * alpha[:, None])
         m_i = m_new
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    l_safe, lse = finish_softmax(m_i, l_i)
     tl.store(po_ptr + seq * stride_pb + heads[:, None] * stride_ph + split * stride_ps + offs_d[None, :],
              acc / l_safe[:, None], mask=row_ok[:, None])
-    lse = tl.where(l_i == 0.0, -float("inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
     tl.store(plse_ptr + seq * stride_lb + heads * stride_lh + split, lse, mask=row_ok)
 
 
