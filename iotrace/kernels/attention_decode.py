@@ -189,15 +189,10 @@ def _model_presets() -> dict[str, Shape]:
     return presets
 
 
-class DecodeSpec(KernelSpec):
-    name: ClassVar[str] = "attention-decode"
-    summary: ClassVar[str] = "split-KV decode (flash-decoding): one token against the KV cache, GQA, ragged contexts"
-    dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
-    shape_keys: ClassVar[tuple[str, ...]] = ("batch", "heads", "kv_heads", "head_dim", "context", "varlen")
-    shape_flags: ClassVar[tuple[str, ...]] = ("varlen",)
-    presets: ClassVar[dict[str, Shape]] = _model_presets()
-    default_shape: ClassVar[Shape] = {"batch": 3, "heads": 8, "kv_heads": 2, "head_dim": 64, "context": 333,
-                                      "varlen": 1}
+class DecodeShapes(KernelSpec):
+    """What every decode-attention spec shares: the GQA shape rules, the reduction for the interpreter, the outputs
+    (out (B, H_q, d) and lse (B, H_q)) and the tolerances."""
+
     #: batch·heads·context: each query head's full context, once (a 6k context at 8 heads takes a few seconds).
     interpreter_budget: ClassVar[int] = 50_000
 
@@ -215,6 +210,35 @@ class DecodeSpec(KernelSpec):
         small["context"] = min(shape["context"], max(33, max_elements // (small["batch"] * small["heads"])) | 1)
         return small
 
+    def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        q = inputs["q"]
+        return {"out": torch.empty_like(q), "lse": torch.empty(q.shape[0], q.shape[1], dtype=torch.float32,
+                                                               device=q.device)}
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        # P is rounded to the input type before P·V (as FlashAttention does): fp16 2^-11, bf16 2^-8 relative.
+        return {"fp16": Tolerance(4e-3, 4e-3), "bf16": Tolerance(2.5e-2, 2.5e-2)}[self.check_dtype(dtype)]
+
+
+def decode_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """fp64 attention of each sequence's one query over its first lens[b] cached keys and values."""
+    outs, lses = [], []
+    for b, length in enumerate(lens.tolist()):
+        o, lse = reference_attention(q[b:b + 1].cpu(), k[b, :length].cpu(), v[b, :length].cpu(), causal=False)
+        outs.append(o[0])
+        lses.append(lse[:, 0])
+    return {"out": torch.stack(outs), "lse": torch.stack(lses)}
+
+
+class DecodeSpec(DecodeShapes):
+    name: ClassVar[str] = "attention-decode"
+    summary: ClassVar[str] = "split-KV decode (flash-decoding): one token against the KV cache, GQA, ragged contexts"
+    dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
+    shape_keys: ClassVar[tuple[str, ...]] = ("batch", "heads", "kv_heads", "head_dim", "context", "varlen")
+    shape_flags: ClassVar[tuple[str, ...]] = ("varlen",)
+    presets: ClassVar[dict[str, Shape]] = _model_presets()
+    default_shape: ClassVar[Shape] = {"batch": 3, "heads": 8, "kv_heads": 2, "head_dim": 64, "context": 333,
+                                      "varlen": 1}
     def make_inputs(self, shape: Shape, dtype: str, device: str, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator(device="cpu").manual_seed(seed)
         batch, d, t = shape["batch"], shape["head_dim"], _TORCH_DTYPES[dtype]
@@ -225,27 +249,13 @@ class DecodeSpec(KernelSpec):
                 "v_cache": torch.randn(*cache, generator=gen).to(device=device, dtype=t),
                 "context_lens": torch.tensor(lens, dtype=torch.int32, device=device)}
 
-    def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        q = inputs["q"]
-        return {"out": torch.empty_like(q), "lse": torch.empty(q.shape[0], q.shape[1], dtype=torch.float32,
-                                                               device=q.device)}
-
     def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        outs, lses = [], []
-        for b, length in enumerate(inputs["context_lens"].tolist()):
-            o, lse = reference_attention(inputs["q"][b:b + 1].cpu(), inputs["k_cache"][b, :length].cpu(),
-                                         inputs["v_cache"][b, :length].cpu(), causal=False)
-            outs.append(o[0])
-            lses.append(lse[:, 0])
-        return {"out": torch.stack(outs), "lse": torch.stack(lses)}
+        return decode_reference(inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["context_lens"])
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-               backend: str = "triton") -> None:
+                      backend: str = "triton") -> None:
         flash_decode(inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["context_lens"], outputs["out"],
                      outputs["lse"], config)
-
-    def tolerance(self, dtype: str) -> Tolerance:
-        return {"fp16": Tolerance(4e-3, 4e-3), "bf16": Tolerance(2.5e-2, 2.5e-2)}[self.check_dtype(dtype)]
 
     def cost(self, shape: Shape, dtype: str) -> Cost:
         lens = shape_lengths(shape, "context")

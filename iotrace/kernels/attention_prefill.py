@@ -232,7 +232,7 @@ class PrefillSpec(KernelSpec):
         return {"out": torch.cat(outs), "lse": torch.cat(lses, dim=1)}
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-               backend: str = "triton") -> None:
+                      backend: str = "triton") -> None:
         cu = inputs["cu_seqlens"]
         max_len = int((cu[1:] - cu[:-1]).max())
         flash_prefill(inputs["q"], inputs["k"], inputs["v"], cu, cu, max_len, outputs["out"], outputs["lse"],

@@ -235,7 +235,7 @@ class GemmSpec(KernelSpec):
         return {"c": c}
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-               backend: str = "triton") -> None:
+                      backend: str = "triton") -> None:
         gemm(inputs["a"], inputs["b"], outputs["c"], inputs.get("bias"), config)
 
     def tolerance(self, dtype: str) -> Tolerance:

@@ -36,14 +36,19 @@ from iotrace.kernels.attention_common import (
     check_heads,
     finish_softmax,
     online_softmax_step,
-    reference_attention,
     shape_lengths,
 )
-from iotrace.kernels.attention_decode import _decode_combine_kernel, _group_pad, default_splits
+from iotrace.kernels.attention_decode import (
+    DecodeShapes,
+    _decode_combine_kernel,
+    _group_pad,
+    decode_reference,
+    default_splits,
+)
 from iotrace.kernels.backend import interpreting
 from iotrace.models import model
 from iotrace.plugins import hookimpl
-from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
+from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Config, Cost, KernelSpec, Shape, TritonUnit
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -256,7 +261,7 @@ def _model_presets() -> dict[str, Shape]:
     return presets
 
 
-class Int8DecodeSpec(KernelSpec):
+class Int8DecodeSpec(DecodeShapes):
     """Decode over an int8 cache. make_inputs quantises with :func:`quantize_reference` (the torch twin of
     :func:`append_int8`, which the tests hold to it); ``quality`` reports the error against fp32 attention over
     the unquantised K and V."""
@@ -270,21 +275,6 @@ class Int8DecodeSpec(KernelSpec):
     presets: ClassVar[dict[str, Shape]] = _model_presets()
     default_shape: ClassVar[Shape] = {"batch": 3, "heads": 8, "kv_heads": 2, "head_dim": 64, "context": 333,
                                       "varlen": 1, "paged": 1, "key_scales": 1, "outliers": 1}
-    interpreter_budget: ClassVar[int] = 50_000
-
-    def check_shape(self, shape: Mapping[str, int]) -> Shape:
-        out = super().check_shape(shape)
-        check_heads(self.name, out)
-        return out
-
-    def reduce_shape(self, shape: Shape, max_elements: int) -> Shape:
-        if shape["batch"] * shape["heads"] * shape["context"] <= max_elements:
-            return dict(shape)
-        group = shape["heads"] // shape["kv_heads"]
-        small = {**shape, "batch": min(shape["batch"], 3), "kv_heads": min(shape["kv_heads"], 2)}
-        small["heads"] = small["kv_heads"] * group
-        small["context"] = min(shape["context"], max(33, max_elements // (small["batch"] * small["heads"])) | 1)
-        return small
 
     def make_inputs(self, shape: Shape, dtype: str, device: str, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -325,11 +315,6 @@ class Int8DecodeSpec(KernelSpec):
             inputs["k_channel_scale"] = channel
         return {n: x.to(device) for n, x in inputs.items()}
 
-    def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        q = inputs["q"]
-        return {"out": torch.empty_like(q),
-                "lse": torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)}
-
     def _dequantized(self, inputs: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
         """The (B, T, H_kv, d) cache the kernel sees, dequantised, in sequence order."""
         values = inputs[f"{name}_q"].float().cpu()
@@ -344,21 +329,15 @@ class Int8DecodeSpec(KernelSpec):
             values = values.reshape(-1, *values.shape[2:])[index]
         return values
 
-    def _attention(self, inputs: Mapping[str, torch.Tensor], k: torch.Tensor, v: torch.Tensor) -> dict:
-        outs, lses = [], []
-        for b, length in enumerate(inputs["context_lens"].tolist()):
-            o, lse = reference_attention(inputs["q"][b:b + 1].cpu(), k[b, :length], v[b, :length], causal=False)
-            outs.append(o[0])
-            lses.append(lse[:, 0])
-        return {"out": torch.stack(outs), "lse": torch.stack(lses)}
-
     def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Attention over the dequantised cache: what the kernel must compute exactly (up to rounding)."""
-        return self._attention(inputs, self._dequantized(inputs, "k"), self._dequantized(inputs, "v"))
+        return decode_reference(inputs["q"], self._dequantized(inputs, "k"), self._dequantized(inputs, "v"),
+                                inputs["context_lens"])
 
     def quality(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> dict[str, float]:
         """The int8 cache's cost in accuracy: output against fp32 attention over the original K and V."""
-        exact = self._attention(inputs, inputs["k"].float().cpu(), inputs["v"].float().cpu())["out"].double()
+        exact = decode_reference(inputs["q"], inputs["k"].float(), inputs["v"].float(),
+                                 inputs["context_lens"])["out"].double()
         got = outputs["out"].double().cpu()
         cosine = torch.nn.functional.cosine_similarity(got.reshape(-1), exact.reshape(-1), dim=0)
         return {"cosine": float(cosine), "max_abs_err": float((got - exact).abs().max()),
@@ -369,9 +348,6 @@ class Int8DecodeSpec(KernelSpec):
         decode_int8(inputs["q"], inputs["k_q"], inputs["v_q"], inputs.get("k_scale"), inputs["v_scale"],
                     inputs["context_lens"], outputs["out"], outputs["lse"], config, inputs.get("table"),
                     inputs.get("k_channel_scale"))
-
-    def tolerance(self, dtype: str) -> Tolerance:
-        return {"fp16": Tolerance(4e-3, 4e-3), "bf16": Tolerance(2.5e-2, 2.5e-2)}[self.check_dtype(dtype)]
 
     def cost(self, shape: Shape, dtype: str) -> Cost:
         lens = shape_lengths(shape, "context")

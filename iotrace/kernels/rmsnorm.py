@@ -215,7 +215,7 @@ class RMSNormSpec(KernelSpec):
         return out
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-               backend: str = "triton") -> None:
+                      backend: str = "triton") -> None:
         rmsnorm(inputs["x"], inputs["w"], outputs["y"], inputs.get("r"), outputs.get("s"), config, backend)
 
     def tolerance(self, dtype: str) -> Tolerance:
