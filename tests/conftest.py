@@ -34,6 +34,28 @@ def corpus() -> Path:
     return CORPUS
 
 
+def check_kernel(spec, shape, dtype: str, config, seed: int | None = None):
+    """Launch ``spec`` on fresh random inputs with poisoned (NaN) outputs and assert it matches its reference.
+
+    Returns (inputs, outputs); the seed is in the failure message so a failure can be replayed.
+    """
+    import math
+    import secrets
+
+    from iotrace.runner import check_outputs
+
+    seed = secrets.randbits(31) if seed is None else seed
+    shape = spec.check_shape(shape)
+    inputs = spec.make_inputs(shape, dtype, "cpu", seed)
+    outputs = spec.make_outputs(inputs)
+    for out in outputs.values():
+        out.fill_(math.nan) if out.is_floating_point() else out.fill_(-1)
+    spec.launch(inputs, outputs, config)
+    found = check_outputs(spec, dtype, outputs, spec.reference(inputs))
+    assert found.ok, f"{spec.name} {dtype} {shape} {config} seed={seed}: {found.where} (max |err| {found.max_abs_err})"
+    return inputs, outputs
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m iotrace ARGS`` in a real subprocess and capture its output."""
     full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", **(env or {})}

@@ -6,9 +6,6 @@ Lengths are ragged (97, 333: no multiple of any block) and vary within a batch.
 
 from __future__ import annotations
 
-import math
-import secrets
-
 import pytest
 import torch
 
@@ -18,25 +15,12 @@ from iotrace.kernels.attention_common import lengths, reference_attention
 from iotrace.kernels.attention_decode import DecodeSpec, default_splits, flash_decode
 from iotrace.kernels.attention_prefill import PrefillSpec, flash_prefill
 from iotrace.kernels.backend import interpreting
-from iotrace.runner import check_outputs
+from tests.conftest import check_kernel
 
 PREFILL, DECODE = PrefillSpec(), DecodeSpec()
 
 pytestmark = pytest.mark.skipif(not interpreting(), reason="these checks run the Triton interpreter on the CPU; "
                                                            "bench/gpu_validate.sh runs them on a GPU")
-
-
-def _check(spec, shape, dtype, config, seed=None):
-    seed = secrets.randbits(31) if seed is None else seed
-    shape = spec.check_shape(shape)
-    inputs = spec.make_inputs(shape, dtype, "cpu", seed)
-    outputs = spec.make_outputs(inputs)
-    for out in outputs.values():
-        out.fill_(math.nan)
-    spec.launch(inputs, outputs, config)
-    found = check_outputs(spec, dtype, outputs, spec.reference(inputs))
-    assert found.ok, f"{spec.name} {dtype} {shape} {config} seed={seed}: {found.where} (max |err| {found.max_abs_err})"
-    return inputs, outputs
 
 
 PREFILL_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "USE_TMA": False}
@@ -46,13 +30,14 @@ PREFILL_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1,
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (8, 2), (8, 1)])  # GQA ratios 1, 4 and 8
 def test_prefill_causal_gqa_varlen(dtype: str, causal: int, heads: int, kv_heads: int) -> None:
-    _check(PREFILL, {"batch": 3, "heads": heads, "kv_heads": kv_heads, "head_dim": 64, "seqlen": 75, "causal": causal,
-                     "varlen": 1}, dtype, PREFILL_CONFIG)
+    shape = {"batch": 3, "heads": heads, "kv_heads": kv_heads, "head_dim": 64, "seqlen": 75, "causal": causal,
+             "varlen": 1}
+    check_kernel(PREFILL, shape, dtype, PREFILL_CONFIG)
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_prefill_head_dim_128_ragged(dtype: str) -> None:
-    _check(PREFILL, {"batch": 1, "heads": 2, "kv_heads": 1, "head_dim": 128, "seqlen": 97, "causal": 1},
+    check_kernel(PREFILL, {"batch": 1, "heads": 2, "kv_heads": 1, "head_dim": 128, "seqlen": 97, "causal": 1},
            dtype, {**PREFILL_CONFIG, "BLOCK_M": 64})
 
 
@@ -62,12 +47,12 @@ def test_prefill_head_dim_128_ragged(dtype: str) -> None:
     {**PREFILL_CONFIG, "USE_TMA": True},
 ])
 def test_prefill_tiles_and_tma(config: dict) -> None:
-    _check(PREFILL, {"batch": 2, "heads": 4, "kv_heads": 2, "head_dim": 64, "seqlen": 90, "causal": 1, "varlen": 1},
-           "fp16", config)
+    shape = {"batch": 2, "heads": 4, "kv_heads": 2, "head_dim": 64, "seqlen": 90, "causal": 1, "varlen": 1}
+    check_kernel(PREFILL, shape, "fp16", config)
 
 
 def test_prefill_lse_is_the_row_logsumexp() -> None:
-    inputs, outputs = _check(PREFILL, {"batch": 1, "heads": 2, "kv_heads": 2, "head_dim": 64, "seqlen": 40,
+    inputs, outputs = check_kernel(PREFILL, {"batch": 1, "heads": 2, "kv_heads": 2, "head_dim": 64, "seqlen": 40,
                                        "causal": 1}, "fp16", PREFILL_CONFIG, seed=5)
     # Row 0 of a causal sequence sees only key 0: lse = q0·k0 / sqrt(d).
     q0, k0 = inputs["q"][0, 0].double(), inputs["k"][0, 0].double()
@@ -83,13 +68,13 @@ DECODE_CONFIG = {"BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
 @pytest.mark.parametrize("splits", [1, 3, 8, 32])  # 32 splits of a 100-token context leaves some empty
 @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (8, 2), (8, 1)])
 def test_decode_splits_gqa_varlen(dtype: str, splits: int, heads: int, kv_heads: int) -> None:
-    _check(DECODE, {"batch": 3, "heads": heads, "kv_heads": kv_heads, "head_dim": 64, "context": 201, "varlen": 1},
-           dtype, {**DECODE_CONFIG, "NUM_SPLITS": splits})
+    shape = {"batch": 3, "heads": heads, "kv_heads": kv_heads, "head_dim": 64, "context": 201, "varlen": 1}
+    check_kernel(DECODE, shape, dtype, {**DECODE_CONFIG, "NUM_SPLITS": splits})
 
 
 @pytest.mark.parametrize("splits", [1, 5])
 def test_decode_head_dim_128(splits: int) -> None:
-    _check(DECODE, {"batch": 2, "heads": 4, "kv_heads": 1, "head_dim": 128, "context": 97}, "bf16",
+    check_kernel(DECODE, {"batch": 2, "heads": 4, "kv_heads": 1, "head_dim": 128, "context": 97}, "bf16",
            {**DECODE_CONFIG, "NUM_SPLITS": splits})
 
 

@@ -8,7 +8,6 @@ upcast path (its bf16 tl.dot multiplies raw bits; env-probe.md); on a GPU the na
 from __future__ import annotations
 
 import math
-import secrets
 
 import pytest
 import torch
@@ -21,24 +20,12 @@ from iotrace.kernels.backend import interpreting
 from iotrace.kernels.gemm import GemmSpec, gemm
 from iotrace.kernels.rmsnorm import RMSNormSpec, rmsnorm
 from iotrace.runner import check_outputs
+from tests.conftest import check_kernel
 
 GEMM, NORM = GemmSpec(), RMSNormSpec()
 
 pytestmark = pytest.mark.skipif(not interpreting(), reason="these checks run the Triton interpreter on the CPU; "
                                                            "bench/gpu_validate.sh runs them on a GPU")
-
-
-def _run(spec, shape, dtype, config, seed=None):
-    seed = secrets.randbits(31) if seed is None else seed
-    shape = spec.check_shape(shape)
-    inputs = spec.make_inputs(shape, dtype, "cpu", seed)
-    outputs = spec.make_outputs(inputs)
-    for out in outputs.values():
-        out.fill_(math.nan)
-    spec.launch(inputs, outputs, config)
-    found = check_outputs(spec, dtype, outputs, spec.reference(inputs))
-    assert found.ok, f"{spec.name} {dtype} {shape} {config} seed={seed}: {found.where} (max |err| {found.max_abs_err})"
-    return outputs
 
 
 SMALL = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4, "num_stages": 2}
@@ -48,7 +35,7 @@ SMALL = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps":
 @pytest.mark.parametrize("bias", [0, 1])
 @pytest.mark.parametrize(("M", "N", "K"), [(97, 83, 71), (1, 45, 130), (130, 1, 33), (33, 65, 1)])
 def test_gemm_matches_reference_on_ragged_shapes(dtype: str, bias: int, M: int, N: int, K: int) -> None:
-    _run(GEMM, {"M": M, "N": N, "K": K, "bias": bias}, dtype, SMALL)
+    check_kernel(GEMM, {"M": M, "N": N, "K": K, "bias": bias}, dtype, SMALL)
 
 
 @pytest.mark.parametrize("config", [
@@ -57,20 +44,20 @@ def test_gemm_matches_reference_on_ragged_shapes(dtype: str, bias: int, M: int, 
     {**SMALL, "GROUP_M": 3},                                                  # a group that does not divide the rows
 ])
 def test_gemm_tile_orders_cover_the_output(config: dict) -> None:
-    _run(GEMM, {"M": 150, "N": 99, "K": 40, "bias": 1}, "fp16", config)
+    check_kernel(GEMM, {"M": 150, "N": 99, "K": 40, "bias": 1}, "fp16", config)
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_gemm_tma_variant(dtype: str) -> None:
     # Tensor descriptors need 16-byte aligned rows: K and N multiples of 8 for 2-byte types; M may be ragged.
-    _run(GEMM, {"M": 77, "N": 40, "K": 56, "bias": 1}, dtype, {**SMALL, "USE_TMA": True})
+    check_kernel(GEMM, {"M": 77, "N": 40, "K": 56, "bias": 1}, dtype, {**SMALL, "USE_TMA": True})
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1, 70), st.integers(1, 70), st.integers(1, 70), st.sampled_from(["fp16", "bf16"]),
        st.integers(0, 2**31 - 1))
 def test_gemm_hypothesis_small_shapes(M: int, N: int, K: int, dtype: str, seed: int) -> None:
-    _run(GEMM, {"M": M, "N": N, "K": K, "bias": seed % 2}, dtype, SMALL, seed)
+    check_kernel(GEMM, {"M": M, "N": N, "K": K, "bias": seed % 2}, dtype, SMALL, seed)
 
 
 def test_gemm_tma_refuses_misaligned_rows() -> None:
@@ -128,7 +115,7 @@ def test_gemm_presets_come_from_real_models() -> None:
 @pytest.mark.parametrize(("rows", "hidden"), [(37, 1000), (1, 4097), (5, 33), (3, 1)])
 def test_rmsnorm_matches_reference(dtype: str, residual: int, rows: int, hidden: int) -> None:
     config = NORM.default_config(NORM.check_shape({"rows": rows, "hidden": hidden}), dtype, lookup("h100"))
-    _run(NORM, {"rows": rows, "hidden": hidden, "residual": residual}, dtype, config)
+    check_kernel(NORM, {"rows": rows, "hidden": hidden, "residual": residual}, dtype, config)
 
 
 def test_rmsnorm_default_config_is_in_its_space() -> None:
@@ -139,7 +126,7 @@ def test_rmsnorm_default_config_is_in_its_space() -> None:
 
 
 def test_rmsnorm_residual_returns_the_sum() -> None:
-    out = _run(NORM, {"rows": 4, "hidden": 64, "residual": 1}, "fp16", {"num_warps": 2}, seed=7)
+    _, out = check_kernel(NORM, {"rows": 4, "hidden": 64, "residual": 1}, "fp16", {"num_warps": 2}, seed=7)
     inputs = NORM.make_inputs({"rows": 4, "hidden": 64, "residual": 1}, "fp16", "cpu", 7)
     assert torch.equal(out["s"], (inputs["x"].float() + inputs["r"].float()).half())
 
