@@ -250,6 +250,13 @@ def decode_int8(q: torch.Tensor, k_q: torch.Tensor, v_q: torch.Tensor, k_scales:
 # --- spec ---------------------------------------------------------------------------------------------------
 
 
+def _paged_rows(table: torch.Tensor, tokens: int) -> torch.Tensor:
+    """(B, tokens) row numbers of the paged cache viewed as (pages·PAGE, H_kv, d): token t of sequence b sits at
+    row table[b, t // PAGE]·PAGE + t % PAGE."""
+    rows = table.long()[:, :, None] * PAGE + torch.arange(PAGE)
+    return rows.reshape(table.shape[0], -1)[:, :tokens]
+
+
 def _model_presets() -> dict[str, Shape]:
     presets: dict[str, Shape] = {}
     for key, context, batch, paged in itertools.product(("llama-3-8b", "gemma-2-27b"), (8192, 32768), (1, 32),
@@ -299,8 +306,7 @@ class Int8DecodeSpec(DecodeShapes):
         for name, x, scales in (("k", k, channel), ("v", v, None)):
             q_vals, s_vals = quantize_reference(x, scales)
             if table is not None:  # scatter the contiguous rows into their pages
-                flat = table.long()[:, :, None] * PAGE + torch.arange(PAGE)
-                index = flat.reshape(b, -1)[:, :t]
+                index = _paged_rows(table, t)
                 paged_q = torch.zeros(cache_shape, dtype=torch.int8).reshape(-1, hkv, d)
                 paged_q[index.reshape(-1)] = q_vals.reshape(-1, hkv, d)
                 q_vals = paged_q.reshape(cache_shape)
@@ -323,9 +329,7 @@ class Int8DecodeSpec(DecodeShapes):
         else:
             values = values * inputs["k_channel_scale"].float().cpu()
         if "table" in inputs:
-            b, t = inputs["k"].shape[:2]
-            table = inputs["table"].long().cpu()
-            index = (table[:, :, None] * PAGE + torch.arange(PAGE)).reshape(b, -1)[:, :t]
+            index = _paged_rows(inputs["table"].cpu(), inputs["k"].shape[1])
             values = values.reshape(-1, *values.shape[2:])[index]
         return values
 
