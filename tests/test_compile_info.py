@@ -68,7 +68,7 @@ def test_triton_kernels_compile_for_every_target(cc: str) -> None:
     assert norm_res.threads_per_block == 32 * 16 and norm_res.grid == (4096, 1, 1)
     assert norm_res.spills == 0
     prefill_res, split_res, combine_res = resources[2], resources[3], resources[4]
-    assert prefill_res.kernel == "_prefill_kernel" and prefill_res.grid == (4096 // prefill_config["BLOCK_M"], 128, 1)
+    assert prefill_res.kernel == "_prefill_kernel" and prefill_res.grid == (128, 4096 // prefill_config["BLOCK_M"], 1)
     # K and V blocks are staged through shared memory: at least one BLOCK_N x d tile of each.
     assert prefill_res.shared_mem_bytes >= 2 * prefill_config["BLOCK_N"] * 128 * 2
     assert split_res.kernel == "_decode_split_kernel" and split_res.grid[0] == 8

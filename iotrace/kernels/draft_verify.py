@@ -185,6 +185,39 @@ def verify_reference(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p
     return accepted.int(), token.int()
 
 
+#: How close (as a fraction of the step) a uniform may come to a decision boundary in the generated test inputs.
+TIE_MARGIN = 1e-4
+
+
+def _away_from_ties(u: torch.Tensor, draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor,
+                    p: torch.Tensor) -> torch.Tensor:
+    """Move generated uniforms off the decision boundaries (u = p/q, or u·total on a step of the residual CDF).
+
+    The kernel decides in fp32 and the reference in fp64; a uniform within rounding of a boundary lets them pick
+    adjacent tokens, both correctly. Test inputs stay clear of such ties (a 0.15% event at a 128k vocabulary);
+    the acceptance and sampling rules themselves are untouched.
+    """
+    u = u.clone()
+    batch, gamma = draft.shape
+    rows = torch.arange(batch)
+    for i in range(gamma):
+        ratio = (p[rows, i, draft[:, i]] / q[rows, i, draft[:, i]].clamp(min=1e-30)).double()
+        close = (u[:, i].double() - ratio).abs() < TIE_MARGIN
+        u[close, i] = (u[close, i] + 0.5) % 1.0
+    for _ in range(8):  # a shifted uniform is rarely near another step; a few passes settle every row
+        accepted, _ = verify_reference(draft, lens, q, p, u, greedy=False)
+        p_r = p[rows, accepted.long()].double()
+        q_r = torch.where((accepted < lens)[:, None], q[rows, accepted.long().clamp(max=max(gamma - 1, 0))].double(),
+                          torch.zeros_like(p_r)) if gamma else torch.zeros_like(p_r)
+        weight = torch.where((accepted == lens)[:, None], p_r, (p_r - q_r).clamp(min=0))
+        cdf = weight.cumsum(-1) / weight.sum(-1, keepdim=True)
+        near = ((cdf - u[:, gamma:].double()).abs() < TIE_MARGIN).any(-1)
+        if not near.any():
+            break
+        u[near, gamma] = (u[near, gamma] + 0.37) % 1.0
+    return u
+
+
 class DraftVerifySpec(KernelSpec):
     name: ClassVar[str] = "draft-verify"
     summary: ClassVar[str] = "speculative decoding's verify step: accept a draft prefix, emit the next token"
@@ -219,7 +252,7 @@ class DraftVerifySpec(KernelSpec):
             draft = q.argmax(-1)
         lens = (torch.randint(0, gamma + 1, (batch,), generator=gen) if shape["varlen"]
                 else torch.full((batch,), gamma))
-        u = torch.rand(batch, gamma + 1, generator=gen)
+        u = _away_from_ties(torch.rand(batch, gamma + 1, generator=gen), draft, lens, q, p)
         as_device = {"device": device}
         return {"draft": draft.to(torch.int32).to(**as_device), "lens": lens.to(torch.int32).to(**as_device),
                 "q": q.to(**as_device), "p": p.to(**as_device), "u": u.to(**as_device),
