@@ -135,46 +135,37 @@ def _typed(path: Path, table: str, column: str, series: pd.Series, dtype: str) -
     if dtype == "object":
         return series.astype("object").where(series.notna(), None)
     if series.dtype == np.int64 or series.dtype == np.float64:
-        # Already plain numbers: the same checks as below, in one numpy pass instead of pandas' per-column machinery.
-        return _checked(path, table, column, series.to_numpy(), dtype)
+        return _checked(path, table, column, series.to_numpy(), dtype)  # plain numbers: one numpy pass
     try:
         # numpy_nullable keeps whole numbers as Int64: a float64 detour would round ns timestamps past 2^53.
         values = pd.to_numeric(series, errors="raise", dtype_backend="numpy_nullable")
     except (ValueError, TypeError) as exc:
         raise TraceFormatError(path, f"{table}.{column} holds a value that is not a number ({exc})",
                                "the file is damaged or not this format") from exc
-    floats = values.astype("float64")
-    bad = np.isinf(floats.to_numpy())
-    if bad.any():
-        raise TraceFormatError(path, f"{table}.{column} holds an infinite number", "the file is damaged")
-    limit = _DURATION_LIMIT if column == "duration_ns" else _VALUE_LIMIT if dtype == "float64" else _INT_LIMIT
-    present = floats.dropna()
-    if len(present) and (present.abs().max() >= limit):
-        raise TraceFormatError(path, f"{table}.{column} holds {present.abs().max():.3g}, beyond any real value "
-                                     f"(limit {limit:.3g})", "the file is damaged")
-    if column.endswith(("_ns", "bytes", "launches")) and len(present) and present.min() < 0 \
-            and column not in ("start_ns", "end_ns"):
-        raise TraceFormatError(path, f"{table}.{column} holds a negative value ({present.min():g})",
-                               "the file is damaged")
-    if table == "metrics" and column == "value" and floats.isna().any():
-        raise TraceFormatError(path, "a metric value is NaN or missing", "the file is damaged")
+    floats = values.astype("float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    _validate(path, table, column, floats, dtype, whole=False)
     if dtype in ("int64", "Int64"):
-        if dtype == "int64" and floats.isna().any():
-            raise TraceFormatError(path, f"{table}.{column} is missing a value it needs", "the file is damaged")
-        fractional = present.to_numpy() != np.floor(present.to_numpy())
-        if fractional.any():
-            raise TraceFormatError(path, f"{table}.{column} holds a fraction where a whole number belongs "
-                                         f"({present[fractional].iloc[0]!r})", "the file is damaged")
         if pd.api.types.is_integer_dtype(values.dtype):
-            return values.astype(dtype)
-        return floats.round().astype(dtype)
-    return floats
+            return values.astype(dtype)  # the exact integers, not their float64 copies
+        return pd.Series(np.round(floats)).astype(dtype)
+    return pd.Series(floats, dtype="float64")
 
 
 def _checked(path: Path, table: str, column: str, values: np.ndarray, dtype: str) -> pd.Series:
-    """:func:`_typed` for a plain int64 or float64 array: the same checks, in the same order, with the same messages."""
+    """:func:`_typed` for a plain int64 or float64 array."""
     whole = values.dtype == np.int64
     floats = values.astype(np.float64) if whole else values
+    _validate(path, table, column, floats, dtype, whole)
+    if dtype in ("int64", "Int64"):
+        if whole:
+            return pd.Series(values.copy(), dtype=dtype)
+        return pd.Series(np.round(floats)).astype(dtype)
+    return pd.Series(floats.copy() if floats is values else floats, dtype="float64")
+
+
+def _validate(path: Path, table: str, column: str, floats: np.ndarray, dtype: str, whole: bool) -> None:
+    """Every check a numeric column passes, on its values as float64 (NaN where missing); ``whole`` says the
+    source was int64, so nothing is missing or fractional."""
     if np.isinf(floats).any():
         raise TraceFormatError(path, f"{table}.{column} holds an infinite number", "the file is damaged")
     missing = None if whole else np.isnan(floats)
@@ -190,17 +181,13 @@ def _checked(path: Path, table: str, column: str, values: np.ndarray, dtype: str
                                "the file is damaged")
     if table == "metrics" and column == "value" and any_missing:
         raise TraceFormatError(path, "a metric value is NaN or missing", "the file is damaged")
-    if dtype in ("int64", "Int64"):
+    if dtype in ("int64", "Int64") and not whole:
         if dtype == "int64" and any_missing:
             raise TraceFormatError(path, f"{table}.{column} is missing a value it needs", "the file is damaged")
-        if whole:
-            return pd.Series(values.copy(), dtype=dtype)
         fractional = present != np.floor(present)
         if fractional.any():
             raise TraceFormatError(path, f"{table}.{column} holds a fraction where a whole number belongs "
                                          f"({present[fractional][0]!r})", "the file is damaged")
-        return pd.Series(np.round(floats)).astype(dtype)
-    return pd.Series(floats.copy() if floats is values else floats, dtype="float64")
 
 
 def is_finite(value: Any) -> bool:
