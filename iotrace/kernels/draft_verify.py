@@ -40,6 +40,30 @@ SUM_TOLERANCE = 1e-3
 
 
 @triton.jit
+def _row_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
+    """The first index of the largest of V values, read in blocks (a whole vocabulary does not fit at once)."""
+    best_val = -1.0
+    best_idx = 0
+    for start in range(0, V, BLOCK_V):
+        offs = start + tl.arange(0, BLOCK_V)
+        vals = tl.load(row_ptr + offs, mask=offs < V, other=-1.0)
+        block_max = tl.max(vals, 0)
+        block_idx = tl.min(tl.where(vals == block_max, offs, V), 0)  # first index of the maximum
+        take = block_max > best_val
+        best_idx = tl.where(take, block_idx, best_idx)
+        best_val = tl.where(take, block_max, best_val)
+    return best_idx
+
+
+@triton.jit
+def _emit_weights(p_ptr, q_ptr, offs, V, q_limit, bonus):
+    """Unnormalised weights of the emitted token over one block: p for the bonus, max(0, p - q) after a rejection."""
+    p = tl.load(p_ptr + offs, mask=offs < V, other=0.0)
+    q = tl.load(q_ptr + offs, mask=offs < q_limit, other=0.0)
+    return tl.where(bonus, p, tl.maximum(p - q, 0.0))
+
+
+@triton.jit
 def _verify_kernel(
     draft_ptr, lens_ptr, q_ptr, p_ptr, u_ptr, accepted_ptr, token_ptr,
     stride_db, stride_qb, stride_qi, stride_pb, stride_pi, stride_ub,
@@ -56,17 +80,7 @@ def _verify_kernel(
     for i in tl.static_range(GAMMA):
         token = tl.load(draft_ptr + seq * stride_db + i)
         if GREEDY:
-            best_val = -1.0
-            best_idx = 0
-            for start in range(0, V, BLOCK_V):
-                offs = start + tl.arange(0, BLOCK_V)
-                vals = tl.load(p_row + i * stride_pi + offs, mask=offs < V, other=-1.0)
-                block_max = tl.max(vals, 0)
-                block_idx = tl.min(tl.where(vals == block_max, offs, V), 0)  # first index of the maximum
-                take = block_max > best_val
-                best_idx = tl.where(take, block_idx, best_idx)
-                best_val = tl.where(take, block_max, best_val)
-            ok = token == best_idx
+            ok = token == _row_argmax(p_row + i * stride_pi, V, BLOCK_V)
         else:
             p_tok = tl.load(p_row + i * stride_pi + token)
             q_tok = tl.load(q_row + i * stride_qi + token)
@@ -79,25 +93,13 @@ def _verify_kernel(
     bonus = r == n
     u = tl.load(u_ptr + seq * stride_ub + GAMMA)
     if GREEDY:
-        best_val = -1.0
-        best_idx = 0
-        for start in range(0, V, BLOCK_V):
-            offs = start + tl.arange(0, BLOCK_V)
-            vals = tl.load(p_row + r * stride_pi + offs, mask=offs < V, other=-1.0)
-            block_max = tl.max(vals, 0)
-            block_idx = tl.min(tl.where(vals == block_max, offs, V), 0)
-            take = block_max > best_val
-            best_idx = tl.where(take, block_idx, best_idx)
-            best_val = tl.where(take, block_max, best_val)
-        chosen = best_idx
+        chosen = _row_argmax(p_row + r * stride_pi, V, BLOCK_V)
     else:
         q_limit = tl.where(bonus, 0, V)  # no q row past the draft: the bonus samples from p alone
         total = 0.0
         for start in range(0, V, BLOCK_V):
             offs = start + tl.arange(0, BLOCK_V)
-            p = tl.load(p_row + r * stride_pi + offs, mask=offs < V, other=0.0)
-            q = tl.load(q_row + r * stride_qi + offs, mask=offs < q_limit, other=0.0)
-            weight = tl.where(bonus, p, tl.maximum(p - q, 0.0))
+            weight = _emit_weights(p_row + r * stride_pi, q_row + r * stride_qi, offs, V, q_limit, bonus)
             total += tl.sum(weight, 0)
         target = u * total
         prefix = 0.0
@@ -105,9 +107,7 @@ def _verify_kernel(
         last = 0
         for start in range(0, V, BLOCK_V):
             offs = start + tl.arange(0, BLOCK_V)
-            p = tl.load(p_row + r * stride_pi + offs, mask=offs < V, other=0.0)
-            q = tl.load(q_row + r * stride_qi + offs, mask=offs < q_limit, other=0.0)
-            weight = tl.where(bonus, p, tl.maximum(p - q, 0.0))
+            weight = _emit_weights(p_row + r * stride_pi, q_row + r * stride_qi, offs, V, q_limit, bonus)
             cdf = prefix + tl.cumsum(weight, 0)
             hit = tl.min(tl.where((cdf > target) & (weight > 0), offs, V), 0)
             chosen = tl.minimum(chosen, hit)
