@@ -195,11 +195,11 @@ def check_outputs(spec: KernelSpec, dtype: str, outputs: Mapping[str, torch.Tens
     return Comparison(ok, worst_abs, worst_ratio, unwritten, where)
 
 
-def _check(spec: KernelSpec, shape: Shape, dtype: str, config: Config, backend: str, seed: int,
-           budget: int) -> tuple[Check, dict, dict]:
+def _check(spec: KernelSpec, shape: Shape, dtype: str, config: Config, backend: str,
+           seed: int) -> tuple[Check, dict, dict]:
     import torch
 
-    checked = spec.reduce_shape(shape, budget) if interpreting() else shape
+    checked = spec.reduce_shape(shape, spec.interpreter_budget) if interpreting() else shape
     inputs = spec.make_inputs(checked, dtype, device(), seed)
     outputs = spec.make_outputs(inputs)
     for out in outputs.values():
@@ -254,14 +254,14 @@ def run(spec: KernelSpec, shape: Shape, dtype: str, card: Card, *, backend: str 
         notes.append("No GPU: cost, roofline, resources and occupancy only.")
     elif interpreting():
         mode = "interpreter"
-        result = (_check(spec, shape, dtype, config, backend, seed, spec.interpreter_budget)[0] if check else
+        result = (_check(spec, shape, dtype, config, backend, seed)[0] if check else
                   Check(False, None, shape, None, note="check skipped (--no-check)"))
         notes.append("Triton interpreter on the CPU: correctness only, no timing (interpreted speed says nothing "
                      "about a GPU).")
     else:
         mode = "gpu"
         if check:
-            result, inputs, outputs = _check(spec, shape, dtype, config, backend, seed, spec.interpreter_budget)
+            result, inputs, outputs = _check(spec, shape, dtype, config, backend, seed)
         else:
             result = Check(False, None, shape, None, note="check skipped (--no-check)")
             inputs = spec.make_inputs(shape, dtype, device(), seed)
