@@ -202,6 +202,23 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--top", type=count, default=10, help="how many kernels to list (default 10)")
     _add_json(info)
     info.set_defaults(func=_cmd_info)
+
+    # Commands whose flags live beside their implementation (each module: add_arguments(parser), main(args)).
+    from iotrace.autotune import command as tune_command
+    from iotrace.trace.reports import command as report_command
+
+    report = commands.add_parser("report", help="warp stalls, roofline, occupancy and timeline of a profiler export, "
+                                                "with findings (terminal, md, html, png, json)")
+    report_command.add_report_arguments(report)
+    report.set_defaults(func=report_command.report_main)
+    diff = commands.add_parser("diff", help="per-kernel deltas of two exports (before/after): time, stalls, bytes, "
+                                            "occupancy")
+    report_command.add_diff_arguments(diff)
+    diff.set_defaults(func=report_command.diff_main)
+    tune = commands.add_parser("tune", help="autotune a kernel for a card: static pruning from compiled resources, "
+                                            "verified measurements on a GPU, cached")
+    tune_command.add_arguments(tune)
+    tune.set_defaults(func=tune_command.main)
     return parser
 
 

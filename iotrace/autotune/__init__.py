@@ -1,0 +1,1 @@
+"""The occupancy-aware autotuner: space, static pruning, strategies, measurement with verification, cache."""
