@@ -169,7 +169,8 @@ def test_attention_decode_against_copy_and_sdpa(benchmark, preset: str) -> None:
 
 
 @pytest.mark.parametrize("preset", ["llama-3-8b-ctx8k-b32", "llama-3-8b-ctx32k-b1"])
-def test_int8_decode_against_bf16_decode(benchmark, preset: str) -> None:
+@pytest.mark.parametrize("key_scales", [1, 2])  # per-channel keys; and with the 16-bit outlier channels
+def test_int8_decode_against_bf16_decode(benchmark, preset: str, key_scales: int) -> None:
     import torch
     import triton.testing
 
@@ -179,7 +180,7 @@ def test_int8_decode_against_bf16_decode(benchmark, preset: str) -> None:
 
     card = detect()
     int8, bf16 = Int8DecodeSpec(), DecodeSpec()
-    shape8 = int8.check_shape({**int8.presets[preset], "key_scales": 1})
+    shape8 = int8.check_shape({**int8.presets[preset], "key_scales": key_scales})
     shape16 = bf16.check_shape({k: shape8[k] for k in bf16.shape_keys})
     in8, in16 = int8.make_inputs(shape8, "bf16", "cuda", 0), bf16.make_inputs(shape16, "bf16", "cuda", 0)
     out8, out16 = int8.make_outputs(in8), bf16.make_outputs(in16)

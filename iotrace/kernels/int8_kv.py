@@ -1,10 +1,19 @@
 """INT8 KV cache: quantise K and V rows as they are appended, and decode attention that reads the int8 cache.
 
 Symmetric quantisation, x ≈ scale · x_q with x_q = round(x / scale) in [−127, 127] and scale = absmax / 127
-(Dettmers et al. 2022, "LLM.int8()", absmax quantisation). Scales are per token and per KV head for V, and for
-K either the same (``key_scales=0``) or per channel of each KV head (``key_scales=1``): keys carry a few
-outlier channels many times the rest (Liu et al. 2024, "KIVI", section 3), which a per-token scale spreads over
-every channel. Per-channel key scales are fixed when the cache is created (calibrated on the prompt) and reused
+(Dettmers et al. 2022, "LLM.int8()", absmax quantisation). Scales are per token and per KV head for V; for K the
+shape's ``key_scales`` picks the scheme:
+
+- 0: per token and KV head, like V;
+- 1: per channel of each KV head: keys carry a few outlier channels many times the rest (Liu et al. 2024, "KIVI",
+  section 3), which a per-token scale spreads over every channel;
+- 2: per channel, and the ``KEPT_CHANNELS`` channels of each KV head with the largest calibrated range kept in the
+  input's 16-bit type beside the int8 cache (their int8 slots hold 0): the mixed-precision decomposition of
+  LLM.int8() (section 3.2) applied to keys, as KVQuant keeps outliers in a 16-bit side store (Hooper et al. 2024,
+  section 3.4). Per-channel int8 still leaves each outlier channel 1/127 of its range, and those channels dominate
+  the scores; keeping them is what lifts the outlier data to the 0.9999 cosine target (tests/test_int8_kv.py).
+
+Per-channel scales and the kept channels are fixed when the cache is created (calibrated on the prompt) and reused
 for every appended token.
 
 The cache is contiguous (batch, max_context, H_kv, d) or paged (pages, PAGE, H_kv, d) with a block table
@@ -53,13 +62,19 @@ from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Config, Cost, KernelSp
 if TYPE_CHECKING:
     from iotrace.cards import Card
 
-__all__ = ["PAGE", "Int8DecodeSpec", "append_int8", "decode_int8", "quantize_reference"]
+__all__ = ["KEPT_CHANNELS", "KEY_MIXED", "KEY_PER_CHANNEL", "KEY_PER_TOKEN", "PAGE", "Int8DecodeSpec", "append_int8",
+           "decode_int8", "kept_values", "outlier_channels_for", "quantize_reference"]
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: Tokens per page of the paged cache (vLLM's default block size is 16).
 PAGE = 16
 #: Outlier channels per KV head in the `outliers=1` data, and how much larger they are (the issue's "20x").
 OUTLIER_CHANNELS, OUTLIER_SCALE = 4, 20.0
+#: The key schemes (the shape's ``key_scales``): see the module docstring.
+KEY_PER_TOKEN, KEY_PER_CHANNEL, KEY_MIXED = 0, 1, 2
+#: Channels per KV head kept in 16 bits by the mixed scheme: KIVI's figure 2 shows a handful of outlier channels
+#: per head; 4 of 128 costs 8 bytes per token and head (a power of two, as tl.arange needs).
+KEPT_CHANNELS = 4
 
 
 # --- quantise on append -------------------------------------------------------------------------------------
@@ -67,10 +82,11 @@ OUTLIER_CHANNELS, OUTLIER_SCALE = 4, 20.0
 
 @triton.jit
 def _append_kernel(
-    x_ptr, cache_ptr, scale_ptr, lens_ptr, table_ptr, channel_scale_ptr,
+    x_ptr, cache_ptr, scale_ptr, lens_ptr, table_ptr, channel_scale_ptr, kept_idx_ptr, kept_ptr,
     stride_xb, stride_xt, stride_xh, stride_cp, stride_cs, stride_ch, stride_sp, stride_ss, stride_sh,
-    stride_tb, T_NEW,
+    stride_kp, stride_ks, stride_kh, stride_tb, T_NEW,
     HEAD_DIM: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PER_CHANNEL: tl.constexpr,
+    KEPT: tl.constexpr,
 ):
     pid = tl.program_id(0)
     head = tl.program_id(1)
@@ -84,7 +100,8 @@ def _append_kernel(
         page = seq
         slot = pos
     offs_d = tl.arange(0, HEAD_DIM)
-    x = tl.load(x_ptr + seq * stride_xb + t * stride_xt + head * stride_xh + offs_d).to(tl.float32)
+    row = x_ptr + seq * stride_xb + t * stride_xt + head * stride_xh
+    x = tl.load(row + offs_d).to(tl.float32)
     if PER_CHANNEL:
         scale = tl.load(channel_scale_ptr + head * HEAD_DIM + offs_d)
         x_q = tl.floor(tl.div_rn(x, scale) + 0.5)
@@ -95,6 +112,11 @@ def _append_kernel(
         x_q = tl.floor(tl.div_rn(x, scale) + 0.5)
         tl.store(scale_ptr + page * stride_sp + slot * stride_ss + head * stride_sh, scale)
     x_q = tl.minimum(tl.maximum(x_q, -127.0), 127.0)
+    if KEPT > 0:  # the kept channels go to the 16-bit side store, and their int8 slots hold 0
+        offs_k = tl.arange(0, KEPT)
+        kept = tl.load(kept_idx_ptr + head * KEPT + offs_k)
+        tl.store(kept_ptr + page * stride_kp + slot * stride_ks + head * stride_kh + offs_k, tl.load(row + kept))
+        x_q = tl.where(tl.sum((offs_d[:, None] == kept[None, :]).to(tl.int32), 1) > 0, 0.0, x_q)
     tl.store(cache_ptr + page * stride_cp + slot * stride_cs + head * stride_ch + offs_d, x_q.to(tl.int8))
 
 
@@ -103,11 +125,14 @@ def _slot_view(cache: torch.Tensor) -> tuple[int, int, int]:
 
 
 def append_int8(x: torch.Tensor, cache: torch.Tensor, scales: torch.Tensor | None, lens: torch.Tensor,
-                table: torch.Tensor | None = None, channel_scales: torch.Tensor | None = None) -> None:
+                table: torch.Tensor | None = None, channel_scales: torch.Tensor | None = None,
+                kept_channels: torch.Tensor | None = None, kept_cache: torch.Tensor | None = None) -> None:
     """Quantise new rows x (B, T_new, H_kv, d) into ``cache`` at positions lens[b] .. lens[b] + T_new − 1.
 
     ``cache`` is (B, T_max, H_kv, d) int8, or (pages, PAGE, H_kv, d) with ``table`` (B, pages per sequence);
     ``scales`` is the matching (…, H_kv) fp32 per-token scale array, or None with ``channel_scales`` (H_kv, d).
+    The mixed scheme adds ``kept_channels`` (H_kv, KEPT_CHANNELS) int32 and ``kept_cache`` (…, H_kv, KEPT_CHANNELS)
+    in x's dtype, laid out like ``cache``.
     """
     batch, t_new, heads, d = x.shape
     if cache.dtype != torch.int8 or cache.shape[2:] != (heads, d):
@@ -119,26 +144,63 @@ def append_int8(x: torch.Tensor, cache: torch.Tensor, scales: torch.Tensor | Non
                                 f"{capacity} positions", "allocate a longer cache (or more pages) first")
     if table is not None and (int(table.max()) >= cache.shape[0] or int(table.min()) < 0):
         raise InvalidValueError(f"the block table names pages outside 0..{cache.shape[0] - 1}", "check the table")
+    kept = _check_kept(kept_channels, kept_cache, channel_scales, cache, x.dtype)
     per_channel = channel_scales is not None
     scale_arg = scales if scales is not None else channel_scales
     s_strides = _slot_view(scales) if scales is not None else (0, 0, 0)
     _append_kernel[(batch * t_new, heads)](
         x, cache, scale_arg, lens, table if table is not None else lens,
         channel_scales if per_channel else scale_arg,
+        kept_channels if kept else lens, kept_cache if kept else cache,
         x.stride(0), x.stride(1), x.stride(2), *_slot_view(cache), *s_strides,
-        table.stride(0) if table is not None else 0, t_new,
-        HEAD_DIM=d, PAGED=table is not None, PAGE_SIZE=PAGE, PER_CHANNEL=per_channel, num_warps=1)
+        *(_slot_view(kept_cache) if kept else (0, 0, 0)), table.stride(0) if table is not None else 0, t_new,
+        HEAD_DIM=d, PAGED=table is not None, PAGE_SIZE=PAGE, PER_CHANNEL=per_channel, KEPT=kept, num_warps=1)
 
 
-def quantize_reference(x: torch.Tensor, channel_scales: torch.Tensor | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The same quantiser in torch: x (…, H_kv, d) -> (int8 values, per-token-head scales or None)."""
+def _check_kept(kept_channels: torch.Tensor | None, kept_cache: torch.Tensor | None,
+                channel_scales: torch.Tensor | None, cache: torch.Tensor, dtype: torch.dtype) -> int:
+    """How many channels per head the mixed scheme keeps in 16 bits (0 when it is not in use)."""
+    if kept_channels is None and kept_cache is None:
+        return 0
+    if kept_channels is None or kept_cache is None or channel_scales is None:
+        raise InvalidValueError("kept channels need the channel indices, their 16-bit store and per-channel scales",
+                                "pass kept_channels, kept_cache and channel_scales together (key_scales=2)")
+    heads, kept = kept_channels.shape
+    if kept_cache.shape != (*cache.shape[:2], heads, kept) or kept_cache.dtype != dtype:
+        raise InvalidValueError(f"kept-channel store {tuple(kept_cache.shape)} {kept_cache.dtype} does not match the "
+                                f"cache {tuple(cache.shape[:3])} with {kept} kept channels of {dtype}",
+                                "allocate it as (…cache slots, H_kv, kept) in the rows' dtype")
+    if int(kept_channels.min()) < 0 or int(kept_channels.max()) >= cache.shape[3]:
+        raise InvalidValueError(f"kept channels name channels outside 0..{cache.shape[3] - 1}",
+                                "use outlier_channels_for(channel_scales)")
+    return kept
+
+
+def quantize_reference(x: torch.Tensor, channel_scales: torch.Tensor | None = None,
+                       kept_channels: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The same quantiser in torch: x (…, H_kv, d) -> (int8 values, per-token-head scales or None).
+
+    With ``kept_channels`` (H_kv, kept) the kept channels' int8 values are 0 (their values go to the side store,
+    :func:`kept_values`)."""
     xf = x.float()
     if channel_scales is not None:
-        return torch.floor(xf / channel_scales.float() + 0.5).clamp(-127, 127).to(torch.int8), None
+        x_q = torch.floor(xf / channel_scales.float() + 0.5).clamp(-127, 127).to(torch.int8)
+        if kept_channels is not None:
+            x_q.scatter_(-1, kept_channels.long().expand(*x_q.shape[:-1], -1), 0)
+        return x_q, None
     absmax = xf.abs().amax(-1)
     scale = torch.where(absmax > 0, absmax / 127.0, torch.ones_like(absmax))
     return torch.floor(xf / scale[..., None] + 0.5).clamp(-127, 127).to(torch.int8), scale
+
+
+def kept_values(x: torch.Tensor, kept_channels: torch.Tensor) -> torch.Tensor:
+    """The kept channels of x (…, H_kv, d) in x's dtype: (…, H_kv, kept), the mixed scheme's side store."""
+    return x.gather(-1, kept_channels.long().expand(*x.shape[:-1], -1))
+
+
+def outlier_channels_for(channel_scales: torch.Tensor, kept: int = KEPT_CHANNELS) -> torch.Tensor:
+    """The ``kept`` channels of each KV head with the largest calibrated range, (H_kv, kept) int32, ascending."""
+    return channel_scales.topk(kept, dim=-1).indices.sort(-1).values.to(torch.int32)
 
 
 def channel_scales_for(prompt_keys: torch.Tensor) -> torch.Tensor:
@@ -152,12 +214,14 @@ def channel_scales_for(prompt_keys: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _decode_int8_kernel(
-    q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, kc_ptr, lens_ptr, table_ptr, po_ptr, plse_ptr,
-    stride_qb, stride_qh, stride_cp, stride_cs, stride_ch, stride_sp, stride_ss, stride_sh, stride_tb,
+    q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, kc_ptr, kidx_ptr, kk_ptr, lens_ptr, table_ptr, po_ptr, plse_ptr,
+    stride_qb, stride_qh, stride_cp, stride_cs, stride_ch, stride_sp, stride_ss, stride_sh,
+    stride_kp, stride_ks, stride_kh, stride_tb,
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
     KV_HEADS, GROUP, qk_scale,
     HEAD_DIM: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PER_CHANNEL: tl.constexpr, UPCAST: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PER_CHANNEL: tl.constexpr, KEPT: tl.constexpr,
+    KEPT_PAD: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
@@ -173,6 +237,11 @@ def _decode_int8_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=row_ok[:, None],
                 other=0.0).to(tl.float32)
+    if KEPT > 0:  # the query's kept channels, unscaled, padded with zeros to the 16 columns tl.dot needs
+        offs_k = tl.arange(0, KEPT_PAD)
+        kept = tl.load(kidx_ptr + kv_head * KEPT + offs_k, mask=offs_k < KEPT, other=0)
+        q_kept = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + kept[None, :],
+                         mask=row_ok[:, None] & (offs_k < KEPT)[None, :], other=0.0)
     if PER_CHANNEL:  # fold the per-channel key scales into q once
         q = q * tl.load(kc_ptr + kv_head * HEAD_DIM + offs_d)[None, :]
     m_i = tl.full((GROUP_PAD,), -float("inf"), tl.float32)
@@ -200,6 +269,14 @@ def _decode_int8_kernel(
             qk = tl.dot(q.to(q_ptr.dtype.element_ty), k.to(q_ptr.dtype.element_ty))
         if not PER_CHANNEL:
             qk = qk * tl.load(ks_ptr + scale_at, mask=key_ok, other=0.0)[None, :]
+        if KEPT > 0:  # the 16-bit channels' scores: one more (zero-padded) tensor-core dot
+            kept_at = page * stride_kp + slot * stride_ks + kv_head * stride_kh
+            kk = tl.load(kk_ptr + kept_at[None, :] + offs_k[:, None], mask=key_ok[None, :] & (offs_k < KEPT)[:, None],
+                         other=0.0)
+            if UPCAST:
+                qk += tl.dot(q_kept.to(tl.float32), kk.to(tl.float32))
+            else:
+                qk += tl.dot(q_kept, kk)
         qk = tl.where(key_ok[None, :], qk * qk_scale, -float("inf"))
         p, alpha, m_new, l_i = online_softmax_step(qk, m_i, l_i)
         weights = p * v_scale[None, :]  # the V scale folded into the softmax weights
@@ -217,10 +294,12 @@ def _decode_int8_kernel(
 def decode_int8(q: torch.Tensor, k_q: torch.Tensor, v_q: torch.Tensor, k_scales: torch.Tensor | None,
                 v_scales: torch.Tensor, context_lens: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                 config: Mapping[str, int], table: torch.Tensor | None = None,
-                channel_scales: torch.Tensor | None = None, validate: bool = True) -> None:
+                channel_scales: torch.Tensor | None = None, validate: bool = True,
+                kept_channels: torch.Tensor | None = None, kept_cache: torch.Tensor | None = None) -> None:
     """Decode attention of q (B, H_q, d) over an int8 cache (contiguous, or paged with ``table``).
 
-    ``validate`` reads the lengths back to check them; a timed or graph-captured launch passes False.
+    ``validate`` reads the lengths back to check them; a timed or graph-captured launch passes False. The mixed key
+    scheme passes ``kept_channels`` and ``kept_cache`` as :func:`append_int8` wrote them.
     """
     batch, heads, d = q.shape
     kv_heads = k_q.shape[2]
@@ -233,16 +312,20 @@ def decode_int8(q: torch.Tensor, k_q: torch.Tensor, v_q: torch.Tensor, k_scales:
     partial_o = torch.empty(batch, heads, splits, d, dtype=torch.float32, device=q.device)
     partial_lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
     per_channel = channel_scales is not None
+    kept = 0 if kept_channels is None else kept_channels.shape[1]
+    if validate:
+        _check_kept(kept_channels, kept_cache, channel_scales, k_q, q.dtype)
     ks = v_scales if per_channel else k_scales
     _decode_int8_kernel[(batch * kv_heads, splits)](
-        q, k_q, v_q, ks, v_scales, channel_scales if per_channel else v_scales, context_lens,
+        q, k_q, v_q, ks, v_scales, channel_scales if per_channel else v_scales,
+        kept_channels if kept else context_lens, kept_cache if kept else q, context_lens,
         table if table is not None else context_lens, partial_o, partial_lse,
         q.stride(0), q.stride(1), *_slot_view(k_q), *_slot_view(v_scales),
-        table.stride(0) if table is not None else 0,
+        *(_slot_view(kept_cache) if kept else (0, 0, 0)), table.stride(0) if table is not None else 0,
         partial_o.stride(0), partial_o.stride(1), partial_o.stride(2), partial_lse.stride(0), partial_lse.stride(1),
         kv_heads, group, LOG2E / math.sqrt(d),
         HEAD_DIM=d, GROUP_PAD=_group_pad(group), BLOCK_N=config["BLOCK_N"], NUM_SPLITS=splits,
-        PAGED=table is not None, PAGE_SIZE=PAGE, PER_CHANNEL=per_channel,
+        PAGED=table is not None, PAGE_SIZE=PAGE, PER_CHANNEL=per_channel, KEPT=kept, KEPT_PAD=_dot_pad(kept),
         UPCAST=interpreting() and q.dtype != torch.float16,
         num_warps=config["num_warps"], num_stages=config["num_stages"])
     _decode_combine_kernel[(batch * heads,)](
@@ -253,6 +336,25 @@ def decode_int8(q: torch.Tensor, k_q: torch.Tensor, v_q: torch.Tensor, k_scales:
 
 
 # --- spec ---------------------------------------------------------------------------------------------------
+
+
+def _dot_pad(kept: int) -> int:
+    """The kept channels' width padded for tl.dot, whose operands are at least 16 wide (Triton's dot lowering)."""
+    return max(16, triton.next_power_of_2(kept))
+
+
+def key_side_bytes(scheme: int, element_bytes: int) -> int:
+    """Bytes per token and KV head beside the int8 K and V values: the fp32 V scale, plus the fp32 K scale
+    (per-token keys) or the 16-bit kept channels (mixed keys); per-channel scales are per head, not per token."""
+    return 4 + {KEY_PER_TOKEN: 4, KEY_PER_CHANNEL: 0, KEY_MIXED: KEPT_CHANNELS * element_bytes}[scheme]
+
+
+def _to_pages(rows: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """(B, T, …) rows scattered into the (pages, PAGE, …) pool at the slots the block table names (others 0)."""
+    index = _paged_rows(table, rows.shape[1]).reshape(-1)
+    pool = torch.zeros(table.numel() * PAGE, *rows.shape[2:], dtype=rows.dtype)
+    pool[index] = rows.reshape(-1, *rows.shape[2:])
+    return pool.reshape(table.numel(), PAGE, *rows.shape[2:])
 
 
 def _paged_rows(table: torch.Tensor, tokens: int) -> torch.Tensor:
@@ -269,7 +371,7 @@ def _model_presets() -> dict[str, Shape]:
         m = model(key)
         presets[f"{key}-ctx{context // 1024}k-b{batch}" + ("-paged" if paged else "")] = {
             "batch": batch, "heads": m.heads, "kv_heads": m.kv_heads, "head_dim": m.head_dim, "context": context,
-            "varlen": int(batch > 1), "paged": paged, "key_scales": 1, "outliers": 1}
+            "varlen": int(batch > 1), "paged": paged, "key_scales": KEY_MIXED, "outliers": 1}
     return presets
 
 
@@ -279,14 +381,16 @@ class Int8DecodeSpec(DecodeShapes):
     the unquantised K and V."""
 
     name: ClassVar[str] = "attention-decode-int8"
-    summary: ClassVar[str] = "split-KV decode over an int8 KV cache (per-token or per-channel key scales, paged)"
+    summary: ClassVar[str] = ("split-KV decode over an int8 KV cache (key_scales: 0 per token, 1 per channel, "
+                              "2 per channel + 16-bit outlier channels; paged)")
     dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
     shape_keys: ClassVar[tuple[str, ...]] = ("batch", "heads", "kv_heads", "head_dim", "context", "varlen", "paged",
                                              "key_scales", "outliers")
     shape_flags: ClassVar[tuple[str, ...]] = ("varlen", "paged", "key_scales", "outliers")
+    flag_values: ClassVar[dict[str, tuple[int, ...]]] = {"key_scales": (KEY_PER_TOKEN, KEY_PER_CHANNEL, KEY_MIXED)}
     presets: ClassVar[dict[str, Shape]] = _model_presets()
     default_shape: ClassVar[Shape] = {"batch": 3, "heads": 8, "kv_heads": 2, "head_dim": 64, "context": 333,
-                                      "varlen": 1, "paged": 1, "key_scales": 1, "outliers": 1}
+                                      "varlen": 1, "paged": 1, "key_scales": KEY_MIXED, "outliers": 1}
 
     def make_inputs(self, shape: Shape, dtype: str, device: str, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -300,30 +404,22 @@ class Int8DecodeSpec(DecodeShapes):
         lens = torch.tensor(shape_lengths(shape, "context"), dtype=torch.int32)
         inputs = {"q": torch.randn(b, shape["heads"], d, generator=gen).to(dt), "k": k, "v": v,
                   "context_lens": lens}
-        channel = channel_scales_for(k) if shape["key_scales"] else None
-        pages = math.ceil(t / PAGE)
+        channel = channel_scales_for(k) if shape["key_scales"] != KEY_PER_TOKEN else None
+        kept = outlier_channels_for(channel) if shape["key_scales"] == KEY_MIXED else None
         if shape["paged"]:  # every sequence's pages scattered over one pool, in a shuffled order
-            table = torch.randperm(b * pages, generator=gen).reshape(b, pages).to(torch.int32)
-            cache_shape: tuple[int, ...] = (b * pages, PAGE, hkv, d)
-            inputs["table"] = table
-        else:
-            table, cache_shape = None, (b, t, hkv, d)
-        for name, x, scales in (("k", k, channel), ("v", v, None)):
-            q_vals, s_vals = quantize_reference(x, scales)
-            if table is not None:  # scatter the contiguous rows into their pages
-                index = _paged_rows(table, t)
-                paged_q = torch.zeros(cache_shape, dtype=torch.int8).reshape(-1, hkv, d)
-                paged_q[index.reshape(-1)] = q_vals.reshape(-1, hkv, d)
-                q_vals = paged_q.reshape(cache_shape)
-                if s_vals is not None:
-                    paged_s = torch.zeros(cache_shape[:3]).reshape(-1, hkv)
-                    paged_s[index.reshape(-1)] = s_vals.reshape(-1, hkv)
-                    s_vals = paged_s.reshape(cache_shape[:3])
-            inputs[f"{name}_q"] = q_vals
-            if s_vals is not None:
-                inputs[f"{name}_scale"] = s_vals
+            pages = math.ceil(t / PAGE)
+            inputs["table"] = torch.randperm(b * pages, generator=gen).reshape(b, pages).to(torch.int32)
+        for name, x, scales, kept_at in (("k", k, channel, kept), ("v", v, None, None)):
+            q_vals, s_vals = quantize_reference(x, scales, kept_at)
+            stored = {f"{name}_q": q_vals, f"{name}_scale": s_vals,
+                      f"{name}_kept": kept_values(x, kept_at) if kept_at is not None else None}
+            for key, value in stored.items():
+                if value is not None:
+                    inputs[key] = _to_pages(value, inputs["table"]) if shape["paged"] else value
         if channel is not None:
             inputs["k_channel_scale"] = channel
+        if kept is not None:
+            inputs["k_kept_channels"] = kept
         return {n: x.to(device) for n, x in inputs.items()}
 
     def _dequantized(self, inputs: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
@@ -333,6 +429,9 @@ class Int8DecodeSpec(DecodeShapes):
             values = values * inputs[f"{name}_scale"].float().cpu()[..., None]
         else:
             values = values * inputs["k_channel_scale"].float().cpu()
+        if f"{name}_kept" in inputs:  # the kept channels' int8 slots are 0: their 16-bit values replace them
+            at = inputs["k_kept_channels"].long().cpu().expand(*values.shape[:2], -1, -1)
+            values = values.scatter(-1, at, inputs[f"{name}_kept"].float().cpu())
         if "table" in inputs:
             index = _paged_rows(inputs["table"].cpu(), inputs["k"].shape[1])
             values = values.reshape(-1, *values.shape[2:])[index]
@@ -356,17 +455,19 @@ class Int8DecodeSpec(DecodeShapes):
                       backend: str = "triton") -> None:
         decode_int8(inputs["q"], inputs["k_q"], inputs["v_q"], inputs.get("k_scale"), inputs["v_scale"],
                     inputs["context_lens"], outputs["out"], outputs["lse"], config, inputs.get("table"),
-                    inputs.get("k_channel_scale"), validate=False)
+                    inputs.get("k_channel_scale"), validate=False, kept_channels=inputs.get("k_kept_channels"),
+                    kept_cache=inputs.get("k_kept"))
 
     def cost(self, shape: Shape, dtype: str) -> Cost:
         lens = shape_lengths(shape, "context")
         h, hkv, d, e = shape["heads"], shape["kv_heads"], shape["head_dim"], DTYPE_BYTES[dtype]
         flops = sum(attention_flops(1, n, h, d, causal=False) for n in lens)
-        scale_bytes = (1 if shape["key_scales"] else 2) * hkv * 4  # fp32 scales per token and KV head
+        scale_bytes = hkv * key_side_bytes(shape["key_scales"], e)
         kv_bytes = sum(n * (2 * hkv * d + scale_bytes) for n in lens)
         nbytes = float(kv_bytes + shape["batch"] * h * (2 * d * e + 4))
         return Cost(flops, nbytes, DTYPE_PEAK[dtype],
-                    "FLOPs = Σ_b 4·L_b·H·d; bytes = Σ_b L_b·(2·H_kv·d [int8 K, V] + scales·H_kv·4) + B·H·(2·d·e + 4)")
+                    "FLOPs = Σ_b 4·L_b·H·d; bytes = Σ_b L_b·(2·H_kv·d [int8 K, V] + H_kv·side) + B·H·(2·d·e + 4), "
+                    "side = per token and head: 4 (V scale) + 4 (K scale, key_scales=0) or kept·e (key_scales=2)")
 
     def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
         return [{"BLOCK_N": bn, "NUM_SPLITS": s, "num_warps": w, "num_stages": st}
@@ -384,14 +485,18 @@ class Int8DecodeSpec(DecodeShapes):
         rows = PAGE if shape["paged"] else t
         args: dict[str, str | int] = {
             "q_ptr": ptr, "k_ptr": "*i8", "v_ptr": "*i8", "ks_ptr": "*fp32", "vs_ptr": "*fp32", "kc_ptr": "*fp32",
-            "lens_ptr": "*i32", "table_ptr": "*i32", "po_ptr": "*fp32", "plse_ptr": "*fp32",
+            "kidx_ptr": "*i32", "kk_ptr": ptr, "lens_ptr": "*i32", "table_ptr": "*i32", "po_ptr": "*fp32",
+            "plse_ptr": "*fp32",
             "stride_qb": h * d, "stride_qh": d, "stride_cp": rows * hkv * d, "stride_cs": hkv * d, "stride_ch": d,
-            "stride_sp": rows * hkv, "stride_ss": hkv, "stride_sh": 1, "stride_tb": math.ceil(t / PAGE),
+            "stride_sp": rows * hkv, "stride_ss": hkv, "stride_sh": 1, "stride_kp": rows * hkv * KEPT_CHANNELS,
+            "stride_ks": hkv * KEPT_CHANNELS, "stride_kh": KEPT_CHANNELS, "stride_tb": math.ceil(t / PAGE),
             "stride_pb": h * splits * d, "stride_ph": splits * d, "stride_ps": d, "stride_lb": h * splits,
             "stride_lh": splits, "KV_HEADS": hkv, "GROUP": h // hkv, "qk_scale": "fp32"}
         consts = {"HEAD_DIM": d, "GROUP_PAD": _group_pad(h // hkv), "BLOCK_N": config["BLOCK_N"],
                   "NUM_SPLITS": splits, "PAGED": bool(shape["paged"]), "PAGE_SIZE": PAGE,
-                  "PER_CHANNEL": bool(shape["key_scales"]), "UPCAST": False}
+                  "PER_CHANNEL": shape["key_scales"] != KEY_PER_TOKEN,
+                  "KEPT": KEPT_CHANNELS if shape["key_scales"] == KEY_MIXED else 0,
+                  "KEPT_PAD": _dot_pad(KEPT_CHANNELS if shape["key_scales"] == KEY_MIXED else 0), "UPCAST": False}
         return [TritonUnit(__name__, "_decode_int8_kernel", args, consts, config["num_warps"], config["num_stages"],
                            (b * hkv, splits, 1))]
 

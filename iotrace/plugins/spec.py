@@ -129,6 +129,8 @@ class KernelSpec(ABC):
     shape_keys: ClassVar[tuple[str, ...]] = ()
     #: Shape keys that are on/off switches (0 or 1, default 0), e.g. ``bias`` or ``residual``.
     shape_flags: ClassVar[tuple[str, ...]] = ()
+    #: Flags that choose among more than two schemes: the values each takes (default still 0).
+    flag_values: ClassVar[dict[str, tuple[int, ...]]] = {}
     #: Named shapes from real models.
     presets: ClassVar[dict[str, Shape]] = {}
     #: A shape small enough to check under the Triton interpreter in seconds, ragged on purpose.
@@ -140,7 +142,8 @@ class KernelSpec(ABC):
     # --- shapes -------------------------------------------------------------------------------------------
 
     def check_shape(self, shape: Mapping[str, int]) -> Shape:
-        """Validate a shape (every key present, positive integers, flags 0 or 1); subclasses add their own limits."""
+        """Validate a shape (every key present, positive integers, flags 0 or 1 or one of their ``flag_values``);
+        subclasses add their own limits."""
         shape = {**dict.fromkeys(self.shape_flags, 0), **shape}
         missing = [k for k in self.shape_keys if k not in shape]
         extra = [k for k in shape if k not in self.shape_keys]
@@ -154,8 +157,11 @@ class KernelSpec(ABC):
         for key in self.shape_keys:
             value = shape[key]
             if key in self.shape_flags:
-                if value not in (0, 1) or isinstance(value, bool):
-                    raise InvalidValueError(f"{self.name} shape {key}={value!r} must be 0 or 1", f"{key}=1 turns it on")
+                allowed = self.flag_values.get(key, (0, 1))
+                if value not in allowed or isinstance(value, bool):
+                    raise InvalidValueError(f"{self.name} shape {key}={value!r} must be one of "
+                                            f"{', '.join(map(str, allowed))}", f"{key}=1 turns it on" if
+                                            allowed == (0, 1) else f"see `iotrace kernels` for what {key} means")
             elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidValueError(f"{self.name} shape {key}={value!r} must be a whole number >= 1",
                                         f"e.g. {key}={self.default_shape.get(key, 128)}")
