@@ -1,0 +1,196 @@
+"""Occupancy per kernel: iotrace's calculator beside the value the file stores, the achieved value, the limiter.
+
+For ncu reports the inputs are the launch metrics (``launch__block_size``, ``launch__registers_per_thread``, shared
+memory per block, the driver's reserve and the configured carveout ``launch__shared_mem_config_size``), so the
+answer must equal ncu's ``sm__maximum_warps_per_active_cycle_pct`` (tests/test_occupancy_ncu.py proves the
+calculator on the same files). For nsys and Kineto the inputs are the launch resources in the kernel table alone,
+with the driver's default (largest) carveout assumed: a modelled value, labelled so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import pandas as pd
+
+from iotrace.errors import IotraceError
+from iotrace.occupancy import OccupancyResult, occupancy
+from iotrace.sm_limits import sm_limits
+from iotrace.trace.reports.metricview import MetricView
+from iotrace.trace.reports.records import Evidence, Finding, Unavailable
+
+__all__ = ["ACHIEVED_GAP_PCT", "OccupancyRow", "occupancy_findings", "occupancy_row"]
+
+#: Achieved occupancy this many points below theoretical is flagged. Nsight Compute's Occupancy rule reports gaps of
+#: this size as an optimisation opportunity ("The difference between calculated theoretical (100.0%) and measured
+#: achieved occupancy (86.7%) can be the result of warp scheduling overheads or workload imbalances", ncu
+#: sections/Occupancy rule output); 10 points is iotrace's cut-off for "worth a sentence".
+ACHIEVED_GAP_PCT = 10.0
+
+#: The label of an occupancy CUPTI estimated from the launch (Kineto), not one the hardware counted.
+ESTIMATED = "estimated by CUPTI"
+
+_THEORETICAL = "sm__maximum_warps_per_active_cycle_pct"
+_ACHIEVED = "sm__warps_active.avg.pct_of_peak_sustained_active"
+
+_LIMITER_ADVICE = {
+    "registers": "use fewer registers per thread (launch bounds / maxrregcount; in Triton fewer num_warps or smaller "
+                 "tiles)",
+    "shared_mem": "use less shared memory per block (smaller tiles or fewer num_stages) or a larger carveout",
+    "warps": "use smaller blocks: the block's warps fill the SM's warp slots in too few blocks",
+    "blocks": "use larger blocks: the SM ran out of block slots before warp slots",
+    "barriers": "use fewer named barriers per block",
+}
+
+
+@dataclass(frozen=True)
+class OccupancyRow:
+    kernel_id: int
+    kernel: str
+    cc: str | None
+    threads_per_block: int | None
+    registers_per_thread: int | None
+    smem_per_block: int | None
+    theoretical_pct: float | None
+    theoretical_pct_file: float | None
+    theoretical_file_source: str
+    achieved_pct: float | None
+    achieved_source: str
+    limiters: tuple[str, ...]
+    basis: str
+    assumptions: str = ""
+    result: OccupancyResult | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def agrees(self) -> bool | None:
+        if self.theoretical_pct is None or self.theoretical_pct_file is None:
+            return None
+        return math.isclose(self.theoretical_pct, self.theoretical_pct_file, abs_tol=0.01)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"theoretical_pct": self.theoretical_pct, "theoretical_pct_ncu": self.theoretical_pct_file,
+                "theoretical_pct_file_source": self.theoretical_file_source, "achieved_pct": self.achieved_pct,
+                "achieved_source": self.achieved_source, "limiters": list(self.limiters), "cc": self.cc,
+                "basis": self.basis, "agrees_with_file": self.agrees, "assumptions": self.assumptions,
+                "active_blocks_per_sm": None if self.result is None else self.result.active_blocks_per_sm,
+                "limits": None if self.result is None else dict(self.result.limits)}
+
+
+@lru_cache(maxsize=4096)
+def _calculate(cc: str, threads: int, regs: int, static: int, dynamic: int, reserved: int | None,
+               config: int | None) -> OccupancyResult:
+    limits = sm_limits(cc)
+    # A block above the default per-block limit (48 KB) must have opted in, or it could not have launched.
+    optin = static + dynamic > limits.smem_per_block
+    return occupancy(cc, threads, regs, static, dynamic, smem_reserved=reserved, smem_config=config,
+                     smem_optin=optin)
+
+
+def _int(value: Any) -> int | None:
+    if value is None or value is pd.NA:
+        return None
+    try:
+        if value != value:
+            return None
+    except TypeError:
+        return None
+    return int(value)
+
+
+def occupancy_row(kernel: pd.Series, view: MetricView, cc: str | None) -> tuple[OccupancyRow, list[Unavailable]]:
+    """One kernel's occupancy: computed from its launch resources, beside the file's stored values."""
+    kid = int(kernel["id"])
+    name = str(kernel["name"])
+    metrics = view.of(kid)
+    missing: list[Unavailable] = []
+    block = [_int(kernel[f"block_{a}"]) for a in "xyz"]
+    threads = (block[0] * (block[1] or 1) * (block[2] or 1)) if block[0] is not None else \
+        _int(metrics.get("launch__block_size"))
+    regs = _int(kernel["registers_per_thread"])
+    if regs is None:
+        regs = _int(metrics.get("launch__registers_per_thread"))
+    static = _int(kernel["static_smem_bytes"])
+    dynamic = _int(kernel["dynamic_smem_bytes"])
+    if static is None and dynamic is None:
+        static = _int(kernel["smem_bytes"])  # Kineto stores static + dynamic as one number
+    if static is None:
+        static = _int(metrics.get("launch__shared_mem_per_block_static"))
+    if dynamic is None:
+        dynamic = _int(metrics.get("launch__shared_mem_per_block_dynamic"))
+    reserved = _int(metrics.get("launch__shared_mem_per_block_driver"))
+    config = _int(metrics.get("launch__shared_mem_config_size"))
+    from_ncu = view.get(kid, _THEORETICAL)
+    # Only ncu stores the calculator's answer. Kineto's 2021 "theoretical occupancy %" is CUPTI's estimate that
+    # also counts the grid's blocks per SM (0 for a one-block grid), so it is kept as an estimate, not compared.
+    file_value, file_source = (from_ncu, _THEORETICAL) if from_ncu is not None else (None, "")
+    achieved = view.get(kid, _ACHIEVED)
+    if achieved is not None:
+        achieved_source = f"measured ({_ACHIEVED})"
+    elif pd.notna(kernel["achieved_occupancy_pct"]):
+        achieved, achieved_source = float(kernel["achieved_occupancy_pct"]), "measured"
+    elif pd.notna(kernel["est_achieved_occupancy_pct"]):
+        achieved = float(kernel["est_achieved_occupancy_pct"])
+        achieved_source = ESTIMATED + " (Kineto 'est. achieved occupancy %')"
+    elif not metrics and pd.notna(kernel["theoretical_occupancy_pct"]):  # Kineto only; ncu fills it from its metric
+        achieved = float(kernel["theoretical_occupancy_pct"])
+        achieved_source = ESTIMATED + " (Kineto 2021 'theoretical occupancy %', grid size included)"
+    else:
+        achieved_source = ""
+        if view:
+            missing.append(Unavailable("achieved occupancy", _ACHIEVED, "ncu --section Occupancy", kid))
+    result = None
+    assumptions = ""
+    if cc is None or threads is None or regs is None:
+        need = "launch__block_size" if threads is None else "launch__registers_per_thread" if regs is None \
+            else "the device's compute capability"
+        missing.append(Unavailable("theoretical occupancy", need, "ncu --section LaunchStats", kid,
+                                   "or --card NAME for the compute capability" if cc is None else ""))
+    else:
+        try:
+            result = _calculate(cc, threads, regs, static or 0, dynamic or 0, reserved, config)
+        except IotraceError as exc:
+            assumptions = f"not computed: {exc}"
+        if config is None and result is not None:
+            assumptions = "driver's default (largest) shared-memory carveout assumed"
+    basis = "measured launch resources" if config is not None else "launch resources from the trace (modelled)"
+    row = OccupancyRow(kid, name, cc, threads, regs, None if static is None and dynamic is None else
+                       (static or 0) + (dynamic or 0), None if result is None else result.occupancy_pct,
+                       file_value, file_source, achieved, achieved_source,
+                       () if result is None else result.limiters, basis, assumptions, result)
+    return row, missing
+
+
+def occupancy_findings(row: OccupancyRow) -> list[Finding]:
+    out: list[Finding] = []
+    if row.result is not None and row.theoretical_pct is not None and row.theoretical_pct < 100.0:
+        limiter = row.limiters[0] if row.limiters else "—"
+        out.append(Finding(
+            "occupancy",
+            f"Theoretical occupancy is {row.theoretical_pct:.1f}%, limited by {', '.join(row.limiters) or '—'}: "
+            f"{row.result.active_blocks_per_sm} blocks of {row.result.warps_per_block} warps per SM.",
+            (Evidence("theoretical occupancy (iotrace)", round(row.theoretical_pct, 2), "< 100%", "%"),
+             Evidence(f"{limiter} limit", row.result.limits.get(limiter), "blocks per SM")),
+            "To raise it, " + _LIMITER_ADVICE.get(limiter, "change the launch configuration") + "; higher "
+            "occupancy helps only when stalls are latency stalls.", "measured", row.kernel_id, row.kernel, "info"))
+    if row.agrees is False:
+        out.append(Finding(
+            "occupancy", f"iotrace computes {row.theoretical_pct:.2f}% but the file stores "
+                         f"{row.theoretical_pct_file:.2f}% ({row.theoretical_file_source}).",
+            (Evidence("theoretical_pct", row.theoretical_pct), Evidence("theoretical_pct_file",
+                                                                        row.theoretical_pct_file)),
+            "Check the card's compute capability and the carveout; report it if the file is right.", "measured",
+            row.kernel_id, row.kernel))
+    theoretical = row.theoretical_pct_file if row.theoretical_pct_file is not None else row.theoretical_pct
+    measured = row.achieved_pct is not None and not row.achieved_source.startswith(ESTIMATED)
+    if theoretical is not None and measured and theoretical - row.achieved_pct >= ACHIEVED_GAP_PCT:  # type: ignore
+        out.append(Finding(
+            "occupancy", f"Achieved occupancy {row.achieved_pct:.1f}% is {theoretical - row.achieved_pct:.1f} points "
+                         f"below the theoretical {theoretical:.1f}%: warps finish unevenly or blocks arrive late.",
+            (Evidence("achieved occupancy", round(row.achieved_pct, 2), row.achieved_source, "%"),
+             Evidence("gap", round(theoretical - row.achieved_pct, 2), f">= {ACHIEVED_GAP_PCT:g} points")),
+            "Balance work across warps and blocks; a grid of few waves leaves SMs idle at the tail.",
+            "measured", row.kernel_id, row.kernel))
+    return out

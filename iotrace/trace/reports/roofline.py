@@ -1,0 +1,385 @@
+"""Hierarchical roofline per kernel: FLOPs from the SASS counters, bytes at DRAM, L2 and L1, ceilings, the bound.
+
+Method (NERSC's hierarchical roofline, ``cyanguwa/nersc-roofline``; the same counters feed ncu's
+``SpeedOfLight_RooflineChart`` and ``SpeedOfLight_Hierarchical*RooflineChart`` sections):
+
+* FLOPs per precision = add + mul + 2 · fma thread instructions (``smsp__sass_thread_inst_executed_op_<p>{add,mul,
+  fma}_pred_on``), as totals (``.sum``) or as ncu's roofline sections store them, a rate per elapsed cycle times the
+  elapsed cycles; tensor-core work from ``sm__ops_path_tensor_*.sum`` (operations, as ncu's tensor roofline counts).
+* Bytes per level: ``dram__bytes``, ``lts__t_bytes``, ``l1tex__t_bytes`` (or their 32-byte sectors, or their rates
+  times the kernel's duration).
+* Ceilings from the file (``*.peak_sustained`` × the unit's ``cycles_elapsed.avg.per_second``: the clocks the kernel
+  ran at) or from the CardBook card (boost clock, datasheet bandwidth); every ceiling says which.
+* Identity 4: I = FLOPs / bytes, attainable = min(peak, I · B), ridge = peak / B.
+
+A kernel whose trace has no counters (Kineto, nsys) is placed from an iotrace plugin's cost model and its measured
+duration, and labelled modelled; without a model it is reported as not available, never as zero.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from iotrace.cards import Card
+from iotrace.trace.reports.metricview import MetricView
+from iotrace.trace.reports.models import KernelModel
+from iotrace.trace.reports.records import Basis, Evidence, Finding, Unavailable
+
+__all__ = ["LATENCY_PCT", "MODEL_EXCESS", "Level", "RooflinePoint", "roofline_findings", "roofline_point"]
+
+#: A level's sector is 32 bytes at L1TEX and L2 (Nsight Compute Kernel Profiling Guide, "Memory Tables": "a
+#: sector is an aligned 32 byte-chunk of memory").
+SECTOR_BYTES = 32
+
+#: Below 60% of the attainable roof the kernel is latency bound: ncu's SOLBottleneck rule uses the same threshold
+#: ("Achieved compute throughput and/or memory bandwidth below 60.0% of peak typically indicate latency issues",
+#: Nsight Compute sections/SpeedOfLight.py, `latency_bound_threshold = 60`).
+LATENCY_PCT = 60.0
+
+#: Counted DRAM bytes above 1.2× the algorithm's minimum are flagged (re-reads, uncoalesced access, spills):
+#: iotrace's design threshold for "model vs counter" findings (../shared/reference/anchors-tools.md §3, item 3).
+MODEL_EXCESS = 1.2
+
+# Precision -> SASS opcode letter, and the CardBook peak that bounds it.
+_OPS = {"fp64": "d", "fp32": "f", "fp16": "h"}
+_CARD_PEAK = {"fp64": "fp64", "fp32": "fp32", "fp16": "fp16_tensor", "tensor": "fp16_tensor"}
+_TENSOR = re.compile(r"^sm__ops_path_tensor_[a-z0-9_]+\.sum$")
+
+ROOFLINE_SECTION = "ncu --section SpeedOfLight_RooflineChart"
+HIERARCHICAL_SECTION = "ncu --section SpeedOfLight_HierarchicalSingleRooflineChart"
+
+
+@dataclass(frozen=True)
+class Level:
+    """Traffic at one memory level, its ceiling, and where both came from."""
+
+    level: str
+    bytes: float | None
+    bytes_source: str
+    ceiling_bytes_per_s: float | None
+    ceiling_source: str
+    intensity: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelComparison:
+    plugin: str
+    formula: str
+    flops: float
+    bytes: float
+    dram_ratio: float | None
+    flops_ratio: float | None
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    kernel_id: int
+    kernel: str
+    basis: Basis
+    duration_ns: float | None
+    flops: float | None
+    flops_by_precision: dict[str, float]
+    flops_source: str
+    precision: str | None
+    levels: tuple[Level, ...]
+    peak_flop_per_s: float | None
+    peak_source: str
+    intensity: float | None
+    ridge: float | None
+    achieved_flop_per_s: float | None
+    attainable_flop_per_s: float | None
+    pct_of_attainable: float | None
+    bound: str | None
+    model: ModelComparison | None = None
+    sol: dict[str, float] = field(default_factory=dict)
+
+    def level(self, name: str) -> Level | None:
+        return next((lv for lv in self.levels if lv.level == name), None)
+
+    @property
+    def dram_bytes(self) -> float | None:
+        dram = self.level("dram")
+        return None if dram is None else dram.bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["dram_bytes"] = self.dram_bytes
+        return out
+
+
+# --- counts -------------------------------------------------------------------------------------------------------
+
+def _op_count(view: MetricView, kid: int, op: str, seconds: float | None) -> tuple[float, str] | None:
+    """Thread instructions of one SASS opcode (e.g. ``ffma``), and how the number was obtained."""
+    base = f"sass_thread_inst_executed_op_{op}_pred_on"
+    total = view.first(kid, (f"sm__{base}.sum", f"smsp__{base}.sum"))
+    if total is not None:
+        return total[1], total[0]
+    rate = view.get(kid, f"smsp__{base}.sum.per_cycle_elapsed")
+    if rate is None:
+        return None
+    cycles = view.get(kid, "smsp__cycles_elapsed.avg")
+    if cycles is not None:
+        return rate * cycles, f"smsp__{base}.sum.per_cycle_elapsed × smsp__cycles_elapsed.avg"
+    clock = view.get(kid, "smsp__cycles_elapsed.avg.per_second")
+    if clock is not None and seconds:
+        return rate * clock * seconds, (f"smsp__{base}.sum.per_cycle_elapsed × smsp__cycles_elapsed.avg.per_second"
+                                        " × gpu__time_duration")
+    return None
+
+
+def flop_counts(view: MetricView, kid: int, seconds: float | None) -> tuple[dict[str, float], str]:
+    """FLOPs per precision (add + mul + 2·fma) and tensor ops; an empty dict when the trace counted none."""
+    out: dict[str, float] = {}
+    sources: list[str] = []
+    for precision, letter in _OPS.items():
+        parts = {kind: _op_count(view, kid, f"{letter}{kind}", seconds) for kind in ("add", "mul", "fma")}
+        if all(p is None for p in parts.values()):
+            continue
+        out[precision] = sum((2.0 if kind == "fma" else 1.0) * p[0] for kind, p in parts.items() if p is not None)
+        sources.extend(p[1] for p in parts.values() if p is not None)
+    tensor = [value for name, value in view.of(kid).items() if _TENSOR.match(name)]
+    if tensor:
+        out["tensor"] = float(sum(tensor))
+        sources.append("sm__ops_path_tensor_*.sum")
+    shown = sorted({s.split(" × ", 1)[1] if " × " in s else s.split("__", 1)[0] + "__….sum" for s in sources})
+    return out, ("add + mul + 2·fma from " + "; ".join(shown)) if sources else ""
+
+
+_BytesRule = tuple[str, Callable[[MetricView, int, float | None], float | None]]
+
+
+def _metric(name: str, scale: float = 1.0) -> _BytesRule:
+    return name, lambda v, k, s: None if v.get(k, name) is None else v.get(k, name) * scale  # type: ignore[operator]
+
+
+def _rate(name: str, scale: float = 1.0) -> _BytesRule:
+    def read(v: MetricView, k: int, s: float | None) -> float | None:
+        rate = v.get(k, name)
+        return None if rate is None or not s else rate * s * scale
+    return f"{name} × gpu__time_duration" + (f" × {scale:g}" if scale != 1 else ""), read
+
+
+def _sum_of(*names: str) -> _BytesRule:
+    def read(v: MetricView, k: int, s: float | None) -> float | None:
+        values = [v.get(k, n) for n in names]
+        return None if any(x is None for x in values) else float(sum(values))  # type: ignore[arg-type]
+    return " + ".join(names), read
+
+
+#: Per level, the ways to read its bytes, best first.
+BYTES_RULES: dict[str, tuple[_BytesRule, ...]] = {
+    "dram": (_metric("dram__bytes.sum"), _sum_of("dram__bytes_read.sum", "dram__bytes_write.sum"),
+             _rate("dram__bytes.sum.per_second")),
+    "l2": (_metric("lts__t_bytes.sum"), _rate("lts__t_bytes.sum.per_second"),
+           (f"lts__t_sectors.sum × {SECTOR_BYTES}", _metric("lts__t_sectors.sum", SECTOR_BYTES)[1]),
+           _rate("lts__t_sectors.sum.per_second", SECTOR_BYTES)),
+    "l1": (_metric("l1tex__t_bytes.sum"), _rate("l1tex__t_bytes.sum.per_second"),
+           (f"l1tex__t_sectors.sum × {SECTOR_BYTES}", _metric("l1tex__t_sectors.sum", SECTOR_BYTES)[1])),
+}
+#: The metric to name when a level is missing.
+LEVEL_METRIC = {"dram": "dram__bytes.sum", "l2": "lts__t_bytes.sum", "l1": "l1tex__t_bytes.sum"}
+# Per level: (peak per cycle, clock) for the file's own ceiling.
+_LEVEL_PEAK = {
+    "dram": (("dram__bytes.sum.peak_sustained", 1.0), "dram__cycles_elapsed.avg.per_second"),
+    "l2": (("lts__t_bytes.sum.peak_sustained", 1.0), "lts__cycles_elapsed.avg.per_second"),
+    "l1": (("l1tex__t_bytes.sum.peak_sustained", 1.0), "l1tex__cycles_elapsed.avg.per_second"),
+}
+
+
+def _file_bandwidth(view: MetricView, kid: int, level: str) -> tuple[float, str] | None:
+    (peak_name, scale), clock_name = _LEVEL_PEAK[level]
+    peak, clock = view.get(kid, peak_name), view.get(kid, clock_name)
+    if peak is None or clock is None:
+        return None
+    return peak * scale * clock, f"file: {peak_name} × {clock_name}"
+
+
+def _file_peak(view: MetricView, kid: int, precision: str) -> tuple[float, str] | None:
+    if precision == "tensor":
+        peaks = [(n, v) for n, v in view.of(kid).items() if n.startswith("sm__ops_path_tensor_")
+                 and n.endswith(".sum.peak_sustained")]
+        clock = view.first(kid, ("sm__cycles_elapsed.avg.per_second", "smsp__cycles_elapsed.avg.per_second"))
+        if not peaks or clock is None:
+            return None
+        name, per_cycle = max(peaks, key=lambda p: p[1])
+        return per_cycle * clock[1], f"file: {name} × {clock[0]}"
+    name = f"sm__sass_thread_inst_executed_op_{_OPS[precision]}fma_pred_on.sum.peak_sustained"
+    per_cycle = view.get(kid, name)
+    clock = view.first(kid, ("sm__cycles_elapsed.avg.per_second", "smsp__cycles_elapsed.avg.per_second"))
+    if per_cycle is None or clock is None:
+        return None
+    return 2.0 * per_cycle * clock[1], f"file: 2 × {name} × {clock[0]}"
+
+
+def _card_peak(card: Card | None, precision: str) -> tuple[float, str] | None:
+    key = _CARD_PEAK.get(precision)
+    if card is None or key is None or key not in card.peak_tflops:
+        return None
+    return card.peak_tflops[key] * 1e12, f"card {card.key}: {key} peak ({card.source(key)})"
+
+
+def _card_bandwidth(card: Card | None) -> tuple[float, str] | None:
+    if card is None or card.memory_bandwidth_gbs is None:
+        return None
+    return card.memory_bandwidth_gbs * 1e9, f"card {card.key}: memory bandwidth ({card.source('memory_bandwidth_gbs')})"
+
+
+def _pick(first: tuple[float, str] | None, second: tuple[float, str] | None) -> tuple[float | None, str]:
+    chosen = first or second
+    return (None, "none: no card and no *.peak_sustained in the file") if chosen is None else chosen
+
+
+def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float | None, card: Card | None,
+                   ceilings: str = "auto", model: KernelModel | None = None,
+                   ) -> tuple[RooflinePoint | None, list[Unavailable]]:
+    """One kernel on the hierarchical roofline, or None with what is missing.
+
+    :param ceilings: ``auto`` (the file's own peaks where it has them, else the card's), ``file`` or ``card``.
+    """
+    seconds = duration_ns / 1e9 if duration_ns else None
+    missing: list[Unavailable] = []
+    by_precision, flops_source = flop_counts(view, kid, seconds)
+    levels: list[Level] = []
+    for level, rules in BYTES_RULES.items():
+        value, source = None, ""
+        for label, read in rules:
+            value = read(view, kid, seconds)
+            if value is not None:
+                source = label
+                break
+        file_bw = _file_bandwidth(view, kid, level) if ceilings != "card" else None
+        card_bw = _card_bandwidth(card) if level == "dram" and ceilings != "file" else None
+        bw, bw_source = _pick(file_bw, card_bw)
+        if value is not None:
+            levels.append(Level(level, value, source, bw, bw_source))
+    have_counters = bool(by_precision) or bool(levels)
+    basis: Basis = "measured"
+    comparison = None
+    if model is not None:
+        measured_dram = next((lv.bytes for lv in levels if lv.level == "dram"), None)
+        measured_flops = sum(by_precision.values()) if by_precision else None
+        comparison = ModelComparison(
+            model.plugin, model.cost.formula, model.cost.flops, model.cost.bytes,
+            None if measured_dram is None or model.cost.bytes <= 0 else measured_dram / model.cost.bytes,
+            None if measured_flops is None or model.cost.flops <= 0 else measured_flops / model.cost.flops)
+    if not have_counters:
+        if model is None:
+            missing.append(Unavailable("roofline", "dram__bytes.sum", ROOFLINE_SECTION, kid,
+                                       "or name an iotrace kernel plugin and shape to place it modelled"))
+            return None, missing
+        basis = "modelled"
+        by_precision = {model.cost.peak: model.cost.flops}
+        flops_source = f"modelled: {model.plugin} cost ({model.cost.formula})"
+        card_bw = _card_bandwidth(card) if ceilings != "file" else None
+        levels = [Level("dram", model.cost.bytes, f"modelled: {model.plugin} cost", *_pick(card_bw, None))]
+    flops = sum(by_precision.values()) if by_precision else None
+    if flops is None:
+        missing.append(Unavailable("roofline FLOPs", "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+                                   ROOFLINE_SECTION, kid))
+    for level in ("dram", "l2", "l1"):
+        if not any(lv.level == level for lv in levels) and basis == "measured":
+            section = ROOFLINE_SECTION if level == "dram" else HIERARCHICAL_SECTION
+            missing.append(Unavailable(f"roofline {level.upper()} level", LEVEL_METRIC[level], section, kid))
+    precision = max(by_precision, key=by_precision.__getitem__) if by_precision else None
+    if basis == "modelled" and model is not None:
+        card_peak = None
+        if card is not None and model.cost.peak in card.peak_tflops and ceilings != "file":
+            card_peak = (card.peak_tflops[model.cost.peak] * 1e12,
+                         f"card {card.key}: {model.cost.peak} peak ({card.source(model.cost.peak)})")
+        peak, peak_source = _pick(card_peak, None)
+    elif precision is not None:
+        file_peak = _file_peak(view, kid, precision) if ceilings != "card" else None
+        card_peak = _card_peak(card, precision) if ceilings != "file" else None
+        peak, peak_source = _pick(file_peak, card_peak)
+    else:
+        peak, peak_source = None, "none: no FLOPs counted"
+    with_intensity = []
+    for lv in levels:
+        intensity = flops / lv.bytes if flops is not None and lv.bytes else None
+        with_intensity.append(Level(lv.level, lv.bytes, lv.bytes_source, lv.ceiling_bytes_per_s, lv.ceiling_source,
+                                    intensity))
+    dram = next((lv for lv in with_intensity if lv.level == "dram"), None)
+    intensity = dram.intensity if dram is not None else None
+    bw = dram.ceiling_bytes_per_s if dram is not None else None
+    ridge = peak / bw if peak and bw else None
+    achieved = flops / seconds if flops is not None and seconds else None
+    attainable = min(peak, intensity * bw) if peak and bw and intensity is not None else None
+    pct: float | None = None
+    if achieved is not None and attainable:
+        pct = 100.0 * achieved / attainable
+    elif dram is not None and dram.bytes is not None and bw and seconds and not flops:
+        pct = 100.0 * dram.bytes / seconds / bw  # no FLOPs at all: a pure copy, judged by bandwidth alone
+    bound = None
+    if pct is not None:
+        if pct < LATENCY_PCT:
+            bound = "latency"
+        elif ridge is None or intensity is None or intensity < ridge:
+            bound = "memory"
+        else:
+            bound = "compute"
+    if duration_ns is None:
+        missing.append(Unavailable("roofline", "gpu__time_duration.sum", "ncu --section SpeedOfLight", kid))
+    sol = {name: value for name, value in (
+        ("sm_throughput_pct", view.get(kid, "sm__throughput.avg.pct_of_peak_sustained_elapsed")),
+        ("memory_throughput_pct", view.get(kid, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")),
+    ) if value is not None}
+    return RooflinePoint(kid, kernel, basis, duration_ns, flops, by_precision, flops_source, precision,
+                         tuple(with_intensity), peak, peak_source, intensity, ridge, achieved, attainable, pct, bound,
+                         comparison, sol), missing
+
+
+def roofline_findings(point: RooflinePoint) -> list[Finding]:
+    """The bound in plain words, and the model comparison when the kernel is an iotrace plugin."""
+    out: list[Finding] = []
+    label = f"({point.basis})"
+    if point.bound is not None and point.pct_of_attainable is not None:
+        evidence = [Evidence("% of attainable", round(point.pct_of_attainable, 1),
+                             f"latency bound below {LATENCY_PCT:g}% (ncu SOLBottleneck rule)")]
+        if point.intensity is not None:
+            evidence.append(Evidence("DRAM intensity", point.intensity, f"ridge {point.ridge:.3g}" if point.ridge
+                                     else "", "FLOP/byte"))
+        for name, value in point.sol.items():
+            evidence.append(Evidence(name, round(value, 1), "", "%"))
+        if point.bound == "memory":
+            text = (f"Memory bound {label}: {point.pct_of_attainable:.0f}% of the DRAM roof at intensity "
+                    f"{_num(point.intensity)} FLOP/byte, left of the ridge ({_num(point.ridge)}).")
+            try_next = ("Move fewer bytes: fuse with neighbouring kernels, use narrower types, or reuse data from "
+                        "shared memory/L2; more FLOP/s will not help.")
+        elif point.bound == "compute":
+            text = (f"Compute bound {label}: {point.pct_of_attainable:.0f}% of the {point.precision} peak at "
+                    f"intensity {_num(point.intensity)} FLOP/byte, right of the ridge ({_num(point.ridge)}).")
+            try_next = "Use a faster pipe (tensor cores, lower precision) or remove redundant instructions."
+        else:
+            text = (f"Latency bound {label}: only {point.pct_of_attainable:.0f}% of the attainable "
+                    f"{'bandwidth' if not point.flops else 'FLOP/s'}; neither roof is near.")
+            try_next = ("Look at the warp stalls: keep more memory requests in flight, raise occupancy, or give "
+                        "each thread more independent work.")
+        out.append(Finding("roofline", text, tuple(evidence), try_next, point.basis, point.kernel_id, point.kernel,
+                           "info" if point.bound != "latency" else "warning"))
+    model = point.model
+    if model is not None and model.dram_ratio is not None:
+        evidence = (Evidence("DRAM bytes (measured)", point.dram_bytes, "", "B"),
+                    Evidence(f"{model.plugin} cost bytes (modelled)", model.bytes, model.formula, "B"),
+                    Evidence("ratio", round(model.dram_ratio, 2), f"flagged above {MODEL_EXCESS}"))
+        if model.dram_ratio > MODEL_EXCESS:
+            out.append(Finding("roofline", f"DRAM bytes are {model.dram_ratio:.1f}× what the algorithm needs "
+                                           f"({model.plugin} cost model).", evidence,
+                               "Look for re-reads (tiles too small for L2 reuse), uncoalesced access or register "
+                               "spills to local memory.", "measured", point.kernel_id, point.kernel))
+        else:
+            out.append(Finding("roofline", f"DRAM bytes are {model.dram_ratio:.2f}× the {model.plugin} cost model: "
+                                           "no excess traffic.", evidence, "", "measured", point.kernel_id,
+                               point.kernel, "info"))
+    return out
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+def model_map(models: Mapping[int, KernelModel] | None, kid: int) -> KernelModel | None:
+    return None if models is None else models.get(kid)

@@ -1,0 +1,144 @@
+"""Warp stalls: per kernel, the stall reasons ranked by their share of the cycles between two issued instructions.
+
+Three counter families carry stall reasons (``../shared/reference/anchors-tools.md`` §4.1):
+
+* ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio`` — warps stalled on the reason per issue
+  cycle, i.e. the reason's cycles per issued instruction (WarpStateStats section; what ncu's CPIStall rules read);
+* ``smsp__average_warp_latency_issue_stalled_<reason>`` (``.ratio``/``.sum``) — the older spelling;
+* ``smsp__pcsamp_warps_issue_stalled_<reason>`` — PC-sampling counts (SourceCounters section).
+
+The reasons partition a warp's cycles between issues, so a reason's share is its value over the family's sum (for
+the first family that sum is the warp cycles per issued instruction, ``smsp__average_warp_latency_per_inst_issued``
+up to rounding; for sampling it is ``smsp__pcsamp_sample_count``). Spellings are resolved through
+``stall_reasons.toml`` (``no_instructions`` → ``no_instruction``; Hopper's ``gmma`` and ``warpgroup_arrive`` are
+ordinary reasons there).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from iotrace.trace.reports.metricview import MetricView
+from iotrace.trace.reports.records import Evidence, Finding, Unavailable
+from iotrace.trace.reports.stall_reasons import canonical, reason
+
+__all__ = ["FAMILIES", "STALL_COLUMNS", "StallFamily", "stall_findings", "stall_table"]
+
+
+@dataclass(frozen=True)
+class StallFamily:
+    key: str
+    pattern: re.Pattern[str]
+    section: str
+    description: str
+
+
+#: In order of preference: the first family a kernel has is its primary ranking.
+FAMILIES = (
+    StallFamily("counters", re.compile(r"^smsp__average_warps_issue_stalled_([a-z0-9_]+?)_per_issue_active\.ratio$"),
+                "ncu --section WarpStateStats", "cycles per issued instruction (counters)"),
+    StallFamily("latency", re.compile(r"^smsp__average_warp_latency_issue_stalled_([a-z0-9_]+?)(?:\.ratio|\.sum)?$"),
+                "ncu --section WarpStateStats", "warp latency per reason (older counters)"),
+    StallFamily("sampling", re.compile(r"^smsp__pcsamp_warps_issue_stalled_([a-z0-9_]+)$"),
+                "ncu --section SourceCounters", "PC samples"),
+)
+
+STALL_COLUMNS = ["kernel_id", "family", "reason", "metric", "value", "share", "rank"]
+
+# ncu's CPIStall* rules flag a reason that takes more than 30% of the cycles between issues while the scheduler
+# issues on fewer than 80% of cycles (Nsight Compute sections/CPIStallLongScoreboard.py and siblings:
+# `issueActive < 0.8 and 0.3 < warpCyclesPerStall / warpCyclesPerIssue`).
+DOMINANT_SHARE = 0.30
+ISSUE_ACTIVE_LIMIT = 0.8
+
+
+def _family_rows(view: MetricView, kernel_id: int, family: StallFamily) -> list[dict[str, object]]:
+    rows: dict[str, dict[str, object]] = {}
+    for name, value in view.of(kernel_id).items():
+        match = family.pattern.match(name)
+        if match is None:
+            continue
+        raw = match.group(1)
+        # Sub-pipe breakdowns (…_long_scoreboard_pipe_l1tex) and not-issued twins repeat a reason's cycles.
+        if "_pipe_" in raw or raw.endswith("_not_issued"):
+            continue
+        key = canonical(raw)
+        # .ratio and .sum of the latency family are the same reason; keep the first seen.
+        rows.setdefault(key, {"kernel_id": kernel_id, "family": family.key, "reason": key, "metric": name,
+                              "value": value})
+    return list(rows.values())
+
+
+def stall_table(view: MetricView, kernel_ids: list[int]) -> tuple[pd.DataFrame, list[Unavailable]]:
+    """Long table (kernel_id, family, reason, metric, value, share, rank), ranked per kernel and family.
+
+    Ranks order by value, highest first (ties by reason name, so the order is stable); ``share`` is value over
+    the family's sum for that kernel.
+    """
+    rows: list[dict[str, object]] = []
+    missing: list[Unavailable] = []
+    for kid in kernel_ids:
+        found = False
+        for family in FAMILIES:
+            family_rows = _family_rows(view, kid, family)
+            if not family_rows:
+                continue
+            found = True
+            total = sum(float(r["value"]) for r in family_rows)  # type: ignore[arg-type]
+            family_rows.sort(key=lambda r: (-float(r["value"]), str(r["reason"])))  # type: ignore[arg-type]
+            for rank, row in enumerate(family_rows, start=1):
+                row["share"] = float(row["value"]) / total if total > 0 else 0.0  # type: ignore[arg-type]
+                row["rank"] = rank
+            rows.extend(family_rows)
+        if not found:
+            missing.append(Unavailable("warp stalls", "smsp__average_warps_issue_stalled_*_per_issue_active.ratio",
+                                       "ncu --section WarpStateStats", kid,
+                                       "or PC sampling smsp__pcsamp_warps_issue_stalled_* (ncu --section "
+                                       "SourceCounters)"))
+    table = pd.DataFrame(rows, columns=STALL_COLUMNS)
+    return table, missing
+
+
+def primary(table: pd.DataFrame, kernel_id: int) -> pd.DataFrame:
+    """The kernel's ranking from its preferred family (counters, then older counters, then sampling)."""
+    mine = table[table["kernel_id"] == kernel_id]
+    for family in FAMILIES:
+        part = mine[mine["family"] == family.key]
+        if len(part):
+            return part.sort_values("rank")
+    return mine
+
+
+def stall_findings(table: pd.DataFrame, view: MetricView, kernel_id: int, kernel: str,
+                   plugin_params: frozenset[str] = frozenset()) -> list[Finding]:
+    """The dominant stall reason of a kernel, in plain words, when it crosses ncu's CPIStall threshold."""
+    ranked = primary(table, kernel_id)
+    stalls = ranked[[not reason(r).not_a_stall for r in ranked["reason"]]]
+    if stalls.empty:
+        return []
+    top = stalls.iloc[0]
+    issue = view.get(kernel_id, "smsp__issue_active.avg.per_cycle_active")
+    if float(top["share"]) <= DOMINANT_SHARE or (issue is not None and issue >= ISSUE_ACTIVE_LIMIT):
+        return []
+    info = reason(str(top["reason"]))
+    family = next(f for f in FAMILIES if f.key == top["family"])
+    total = float(ranked["value"].sum())
+    unit = "cycles per issued instruction" if family.key != "sampling" else "samples"
+    text = (f"{info.label} dominates: {float(top['share']) * 100:.0f}% of the {unit} "
+            f"({float(top['value']):.4g} of {total:.4g}). {info.meaning}")
+    evidence = [Evidence(str(top["metric"]), float(top["value"]), f"share {float(top['share']):.2f} > "
+                         f"{DOMINANT_SHARE} (ncu CPIStall rule)")]
+    if issue is not None:
+        evidence.append(Evidence("smsp__issue_active.avg.per_cycle_active", issue, f"< {ISSUE_ACTIVE_LIMIT}"))
+    try_next = f"Usual causes: {info.causes} Try: {info.knob}"
+    knobs = [p for p in info.params if p in plugin_params]
+    if knobs:
+        try_next += f" In this iotrace kernel, tune {', '.join(knobs)}."
+    if len(stalls) > 1:
+        second = stalls.iloc[1]
+        text += (f" Next: {reason(str(second['reason'])).label} "
+                 f"({float(second['share']) * 100:.0f}%).")
+    return [Finding("warp stalls", text, tuple(evidence), try_next, "measured", kernel_id, kernel)]

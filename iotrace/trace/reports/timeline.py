@@ -1,0 +1,163 @@
+"""Timeline of a traced run (nsys, Kineto): where the GPU time went and where the GPU sat idle.
+
+Top kernels by total time, time per NVTX range, GPU idle gaps (per device: the gaps between the union of kernel
+and copy intervals), launch latency (API call start to kernel start, when the trace keeps the launching call's
+time) and the share of GPU busy time spent in memory copies and sets. Every number here is measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from iotrace.trace.reports.records import Evidence, Finding, Unavailable
+from iotrace.trace.tables import TraceTables
+
+__all__ = ["IDLE_SHARE", "MEMCPY_SHARE", "Timeline", "timeline", "timeline_findings"]
+
+#: GPU idle for more than 20% of the traced span is flagged. HTA's idle-time analysis uses the same framing
+#: (facebookresearch/HolisticTraceAnalysis, analyzers/idle_time_analysis.py); 20% is iotrace's cut-off.
+IDLE_SHARE = 0.20
+#: Copies taking more than 10% of GPU busy time are flagged (iotrace's cut-off: in steady-state inference the
+#: weights and KV cache stay on the device, so copies should be a small fraction).
+MEMCPY_SHARE = 0.10
+#: Gaps shorter than this are launch overhead, not idleness (about a kernel launch, ~5 µs; CUDA Best Practices
+#: Guide, "Asynchronous and Overlapping Transfers with Computation" discusses launch costs of microseconds).
+MIN_GAP_NS = 5_000
+
+
+@dataclass
+class Timeline:
+    top_kernels: pd.DataFrame
+    ranges: pd.DataFrame
+    gaps: pd.DataFrame
+    idle: pd.DataFrame
+    launch_latency: dict[str, float] | None
+    memcpy: dict[str, Any]
+    unavailable: list[Unavailable] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"top_kernels": self.top_kernels.to_dict("records"), "ranges": self.ranges.to_dict("records"),
+                "idle": self.idle.to_dict("records"), "gaps": self.gaps.to_dict("records"),
+                "launch_latency_ns": self.launch_latency, "memcpy": self.memcpy}
+
+
+def _busy_intervals(tables: TraceTables) -> pd.DataFrame:
+    parts = []
+    for frame, kind in ((tables.kernels, "kernel"), (tables.transfers, "copy")):
+        timed = frame.dropna(subset=["start_ns", "end_ns"])
+        if len(timed):
+            parts.append(pd.DataFrame({"device": timed["device"].fillna(-1).astype("int64").to_numpy(),
+                                       "start": timed["start_ns"].astype("int64").to_numpy(),
+                                       "end": timed["end_ns"].astype("int64").to_numpy(),
+                                       "what": timed["name"].to_numpy() if kind == "kernel" else
+                                       timed["kind"].to_numpy()}))
+    if not parts:
+        return pd.DataFrame(columns=["device", "start", "end", "what"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def _gaps(busy: pd.DataFrame, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per device: span, busy and idle time; and the longest gaps with what ran before and after."""
+    idle_rows, gap_rows = [], []
+    for device, group in busy.groupby("device", sort=True):
+        group = group.sort_values("start", kind="stable")
+        starts = group["start"].to_numpy()
+        ends = np.maximum.accumulate(group["end"].to_numpy())  # the union's running end
+        what = group["what"].to_numpy()
+        span = int(ends[-1] - starts[0])
+        gap_after = starts[1:] - ends[:-1]
+        real = np.flatnonzero(gap_after > 0)
+        idle = int(gap_after[real].sum()) if len(real) else 0
+        idle_rows.append({"device": int(device), "span_ns": span, "busy_ns": span - idle, "idle_ns": idle,
+                          "idle_share": idle / span if span > 0 else 0.0,
+                          "gaps_over_min": int((gap_after >= MIN_GAP_NS).sum())})
+        for i in real[np.argsort(-gap_after[real], kind="stable")][:top]:
+            if gap_after[i] < MIN_GAP_NS:
+                break
+            gap_rows.append({"device": int(device), "start_offset_ns": int(ends[i] - starts[0]),
+                             "gap_ns": int(gap_after[i]), "before": str(what[i]), "after": str(what[i + 1])})
+    return pd.DataFrame(idle_rows), pd.DataFrame(gap_rows, columns=["device", "start_offset_ns", "gap_ns", "before",
+                                                                      "after"])
+
+
+def _ranges(tables: TraceTables, top: int) -> pd.DataFrame:
+    ranges = tables.ranges.dropna(subset=["duration_ns"])
+    columns = ["name", "count", "total_ns", "kernel_ns", "kernels"]
+    if ranges.empty:
+        return pd.DataFrame(columns=columns)
+    table = ranges.groupby("name", sort=False).agg(count=("id", "size"), total_ns=("duration_ns", "sum"))
+    kernels = tables.kernels.dropna(subset=["nvtx_range_id"])
+    if len(kernels):
+        names = ranges.set_index("id")["name"]
+        owner = kernels["nvtx_range_id"].astype("int64").map(names)
+        per = kernels.assign(range_name=owner.to_numpy()).groupby("range_name").agg(
+            kernel_ns=("duration_ns", "sum"), kernels=("launches", "sum"))
+        table = table.join(per, how="left")
+    else:
+        table["kernel_ns"], table["kernels"] = np.nan, 0
+    table["kernels"] = table["kernels"].fillna(0).astype("int64")
+    return table.sort_values("total_ns", ascending=False).head(top).reset_index()[columns]
+
+
+def timeline(tables: TraceTables, top: int = 10) -> Timeline:
+    """The timeline tables of a trace; parts the trace cannot support come back as :class:`Unavailable`."""
+    missing: list[Unavailable] = []
+    top_kernels = tables.top_kernels(top)
+    busy = _busy_intervals(tables)
+    idle, gaps = _gaps(busy, top) if len(busy) else (pd.DataFrame(), pd.DataFrame())
+    if busy.empty:
+        missing.append(Unavailable("GPU idle gaps", "kernel start/end timestamps",
+                                   "nsys profile --trace=cuda,nvtx (or torch.profiler)"))
+    ranges = _ranges(tables, top)
+    if tables.ranges.empty:
+        missing.append(Unavailable("time per NVTX range", "NVTX ranges", "nsys profile --trace=cuda,nvtx"))
+    latency = None
+    launch = tables.kernels.get("launch_ns")
+    if launch is not None and launch.notna().any():
+        delta = (tables.kernels["start_ns"] - launch).dropna().astype("float64")
+        if len(delta):
+            latency = {"count": int(len(delta)), "median": float(delta.median()), "p90": float(delta.quantile(0.9)),
+                       "max": float(delta.max())}
+    if latency is None:
+        missing.append(Unavailable("launch latency", "the launching API call's start per kernel",
+                                   "nsys profile --trace=cuda (CUPTI_ACTIVITY_KIND_RUNTIME)",
+                                   detail="this trace's tables keep no launch call times"))
+    transfers = tables.transfers.dropna(subset=["duration_ns"])
+    copy_ns = float(transfers["duration_ns"].sum())
+    kernel_ns = float(tables.kernels["duration_ns"].sum(min_count=1) or 0.0)
+    by_kind = (transfers.groupby("kind").agg(count=("launches", "sum"), total_ns=("duration_ns", "sum"),
+                                             bytes=("bytes", "sum"))
+               .sort_values("total_ns", ascending=False).reset_index().to_dict("records")) if len(transfers) else []
+    memcpy = {"copy_ns": copy_ns, "kernel_ns": kernel_ns,
+              "share": copy_ns / (copy_ns + kernel_ns) if copy_ns + kernel_ns > 0 else None, "by_kind": by_kind}
+    return Timeline(top_kernels, ranges, gaps, idle, latency, memcpy, missing)
+
+
+def timeline_findings(line: Timeline) -> list[Finding]:
+    out: list[Finding] = []
+    for row in line.idle.to_dict("records"):
+        if row["idle_share"] > IDLE_SHARE:
+            out.append(Finding("timeline", f"GPU {row['device']} was idle {row['idle_share'] * 100:.0f}% of the "
+                                           f"traced span ({row['idle_ns'] / 1e6:.3f} of {row['span_ns'] / 1e6:.3f} ms).",
+                               (Evidence("idle share", round(row["idle_share"], 3), f"> {IDLE_SHARE}"),),
+                               "Find what the host does in the longest gaps (the table lists the kernels on either "
+                               "side); overlap copies with compute, batch small launches or capture a CUDA graph.",
+                               "measured"))
+    share = line.memcpy.get("share")
+    if share is not None and share > MEMCPY_SHARE:
+        out.append(Finding("timeline", f"Memory copies and sets take {share * 100:.0f}% of GPU busy time.",
+                           (Evidence("copy share", round(share, 3), f"> {MEMCPY_SHARE}"),),
+                           "Keep data on the device between steps; use pinned memory and async copies that overlap "
+                           "kernels.", "measured"))
+    if len(line.top_kernels):
+        first = line.top_kernels.iloc[0]
+        out.append(Finding("timeline", f"The top kernel takes {float(first['share_pct']):.0f}% of kernel time "
+                                       f"({int(first['launches'])} launches).",
+                           (Evidence("share", round(float(first["share_pct"]), 2), "", "%"),),
+                           "Profile this kernel with ncu first: it bounds what tuning anything else can win.",
+                           "measured", None, str(first["name"]), "info"))
+    return out
