@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=count, help="seed of the random inputs (default: fresh each run)")
     run.add_argument("--no-check", action="store_true", help="skip the comparison with the reference")
     _add_json(run)
+    from iotrace.trace.profilers import command as profile_command
+
+    profile_command.add_arguments(run)  # --nsys | --ncu | --cupti and their options
     run.set_defaults(func=_cmd_run)
 
     info = commands.add_parser("info", help="what a profiler export holds: format, devices and cards, counts, "
@@ -471,6 +474,11 @@ def _cmd_run(args: argparse.Namespace) -> None:
     dtype = spec.check_dtype(args.dtype or spec.dtypes[0])
     card = detect(args.card)
     config = resolve_config(spec, shape, dtype, card, args.backend, args.config)
+    from iotrace.trace.profilers import command as profile_command
+
+    if profile_command.wanted(args):  # the run goes to a child process under the profiler
+        profile_command.main(args, spec, shape, dtype, card, config)
+        return
     result = run(spec, shape, dtype, card, backend=args.backend, config=config, check=not args.no_check,
                  seed=args.seed)
     _emit(args, result.to_dict(), lambda: print_run(_console(), result, card))
