@@ -3,23 +3,167 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import Any
 
 from iotrace.errors import InvalidValueError
+
+__all__ = ["FORMATS", "add_diff_arguments", "add_report_arguments", "diff_main", "report_main"]
+
+#: Output formats of ``iotrace report``; png and svg go through kaleido and need Chromium.
+FORMATS = ("term", "md", "html", "png", "svg", "json")
+DIFF_FORMATS = ("term", "md", "json")
+
+
+def _mapping(text: str) -> dict[str, int | bool]:
+    from iotrace.cli import _mapping as parse  # the CLI's K=V parser, imported when a flag is parsed
+
+    return parse(text)
+
+
+def _count(text: str) -> int:
+    from iotrace.cli import count
+
+    return count(text)
+
+
+def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
+    parser.add_argument("--kernel", metavar="REGEX", help="only kernels whose name matches this regular expression")
+    parser.add_argument("--card", metavar="NAME",
+                        help="a CardBook card for ceilings and compute capability (default: the file's device)")
+    parser.add_argument("--format", choices=formats, default=None, help=f"output format (default term; "
+                        f"{', '.join(formats)})")
+    parser.add_argument("--json", action="store_true", help="shorthand for --format json")
+    parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write to this file instead of stdout")
+    parser.add_argument("--ceilings", choices=("auto", "file", "card"), default="auto",
+                        help="roofline ceilings: the file's own *.peak_sustained (file), the card (card), or the "
+                             "file's where present, else the card's (auto, default)")
+    parser.add_argument("--top", type=_count, default=50, help="report at most this many kernels (default 50)")
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", type=Path, metavar="TRACE", help="the export; its format is found from its content")
+    _common(parser, FORMATS)
+    parser.add_argument("--plugin", metavar="KERNEL",
+                        help="treat the selected kernels as this iotrace kernel plugin (see `iotrace kernels`); "
+                             "kernels under an iotrace/<kernel> NVTX range are matched without it")
+    parser.add_argument("--shape", type=_mapping, metavar="K=V,...",
+                        help="the plugin's problem shape, for its cost model beside the counters (e.g. "
+                             "M=4096,N=4096,K=4096)")
+    parser.add_argument("--dtype", help="the plugin's dtype for its cost model (default: its first)")
+    parser.add_argument("--details", type=_count, default=5,
+                        help="kernels shown in full detail in the terminal and Markdown (default 5)")
+    parser.add_argument("--images", action="store_true",
+                        help="with --format md and -o: write the figures as PNG beside the Markdown (kaleido)")
 
 
 def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("before", type=Path, metavar="BEFORE")
-    parser.add_argument("after", type=Path, metavar="AFTER")
+    parser.add_argument("before", type=Path, metavar="BEFORE", help="the trace before the change")
+    parser.add_argument("after", type=Path, metavar="AFTER", help="the trace after the change")
+    _common(parser, DIFF_FORMATS)
+
+
+def _format(args: argparse.Namespace) -> str:
+    if args.json:
+        if args.format not in (None, "json"):
+            raise InvalidValueError(f"--json and --format {args.format} disagree", "give one of them")
+        return "json"
+    return args.format or "term"
+
+
+def _build(args: argparse.Namespace, trace: Path, **extra: Any):
+    from iotrace.trace.loader import load
+    from iotrace.trace.reports.report import build_report
+
+    return build_report(load(trace), kernel=args.kernel, card=args.card, ceilings=args.ceilings, top=args.top,
+                        **extra)
+
+
+def _write(path: Path | None, text: str) -> None:
+    if path is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InvalidValueError(f"cannot write {path} ({exc.strerror or exc})", "choose a writable path") from exc
+    print(f"wrote {path}")
+
+
+def _terminal_text(draw: Any, to_file: bool) -> str | None:
+    """Draw with rich: to the terminal, or captured as plain text (100 columns) for -o."""
+    from iotrace.console import make_console
+
+    if not to_file:
+        console = make_console()
+        if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
+            console.width = 100  # piped: the report's design width, not rich's 80-column fallback
+        draw(console)
+        return None
+    from rich.console import Console
+
+    console = Console(width=100, record=True, color_system=None, file=open(__import__("os").devnull, "w"))  # noqa: SIM115
+    draw(console)
+    return console.export_text()
 
 
 def report_main(args: argparse.Namespace) -> None:
-    raise InvalidValueError("`iotrace report` is not built yet", "see the reports issue")
+    fmt = _format(args)
+    if args.details < 0:
+        raise InvalidValueError(f"--details {args.details} is negative", "give 0 or more")
+    if fmt in ("html", "png", "svg") and args.output is None:
+        raise InvalidValueError(f"--format {fmt} writes a file", f"give -o FILE.{fmt}")
+    if args.images and (fmt != "md" or args.output is None):
+        raise InvalidValueError("--images needs --format md and -o FILE.md", "the PNGs are written beside the file")
+    report = _build(args, args.trace, plugin=args.plugin, shape=args.shape, dtype=args.dtype)
+    if fmt == "json":
+        from iotrace.trace.render.jsonout import dumps
+
+        _write(args.output, dumps(report.to_dict()))
+    elif fmt == "term":
+        from iotrace.trace.render.terminal import print_report
+
+        text = _terminal_text(lambda c: print_report(c, report, args.details), args.output is not None)
+        if text is not None:
+            _write(args.output, text)
+    elif fmt == "md":
+        from iotrace.trace.render.markdown import report_markdown
+
+        images: dict[str, str] = {}
+        if args.images:
+            from iotrace.trace.render.image import write_figures
+
+            images = write_figures(report, args.output.with_suffix(""), "png")
+        _write(args.output, report_markdown(report, args.details, images))
+    elif fmt == "html":
+        from iotrace.trace.render.html import report_html
+
+        _write(args.output, report_html(report))
+    else:
+        from iotrace.trace.render.image import write_figures
+
+        written = write_figures(report, args.output.with_suffix(""), fmt, first=args.output)
+        for path in written.values():
+            print(f"wrote {path}")
 
 
 def diff_main(args: argparse.Namespace) -> None:
-    raise InvalidValueError("`iotrace diff` is not built yet", "see the reports issue")
+    from iotrace.trace.reports.diff import diff_reports
+
+    fmt = _format(args)
+    diff = diff_reports(_build(args, args.before), _build(args, args.after))
+    if fmt == "json":
+        from iotrace.trace.render.jsonout import dumps
+
+        _write(args.output, dumps(diff.to_dict()))
+    elif fmt == "md":
+        from iotrace.trace.render.markdown import diff_markdown
+
+        _write(args.output, diff_markdown(diff))
+    else:
+        from iotrace.trace.render.terminal import print_diff
+
+        text = _terminal_text(lambda c: print_diff(c, diff), args.output is not None)
+        if text is not None:
+            _write(args.output, text)

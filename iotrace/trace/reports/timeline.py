@@ -120,7 +120,7 @@ def timeline(tables: TraceTables, top: int = 10) -> Timeline:
     if launch is not None and launch.notna().any():
         delta = (tables.kernels["start_ns"] - launch).dropna().astype("float64")
         if len(delta):
-            latency = {"count": int(len(delta)), "median": float(delta.median()), "p90": float(delta.quantile(0.9)),
+            latency = {"count": len(delta), "median": float(delta.median()), "p90": float(delta.quantile(0.9)),
                        "max": float(delta.max())}
     if latency is None:
         missing.append(Unavailable("launch latency", "the launching API call's start per kernel",
@@ -141,8 +141,9 @@ def timeline_findings(line: Timeline) -> list[Finding]:
     out: list[Finding] = []
     for row in line.idle.to_dict("records"):
         if row["idle_share"] > IDLE_SHARE:
-            out.append(Finding("timeline", f"GPU {row['device']} was idle {row['idle_share'] * 100:.0f}% of the "
-                                           f"traced span ({row['idle_ns'] / 1e6:.3f} of {row['span_ns'] / 1e6:.3f} ms).",
+            share, idle_ms, span_ms = row["idle_share"] * 100, row["idle_ns"] / 1e6, row["span_ns"] / 1e6
+            out.append(Finding("timeline", f"GPU {row['device']} was idle {share:.0f}% of the traced span "
+                                           f"({idle_ms:.3f} of {span_ms:.3f} ms).",
                                (Evidence("idle share", round(row["idle_share"], 3), f"> {IDLE_SHARE}"),),
                                "Find what the host does in the longest gaps (the table lists the kernels on either "
                                "side); overlap copies with compute, batch small launches or capture a CUDA graph.",

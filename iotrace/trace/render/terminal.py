@@ -1,0 +1,241 @@
+"""The report for a person at a terminal: rich tables readable at 100 columns.
+
+Every name from a trace is escaped for rich markup (a kernel called ``[bold]x[/]`` prints as typed).
+"""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from iotrace.trace.render.fmt import bytes_, duration, num, pct, short
+from iotrace.trace.reports.diff import TRAFFIC, Diff
+from iotrace.trace.reports.records import Finding
+from iotrace.trace.reports.report import KernelReport, Report
+from iotrace.trace.reports.stall_reasons import reason
+from iotrace.trace.reports.stalls import primary
+
+__all__ = ["DETAILS", "print_diff", "print_report"]
+
+#: Kernels shown with their full stall, roofline and occupancy detail; the rest appear in the summary table.
+DETAILS = 5
+
+
+def _table(title: str) -> Table:
+    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+                 pad_edge=False, padding=(0, 1))
+
+
+def _header(console: Console, report: Report) -> None:
+    meta = report.meta
+    console.print(f"[bold]{escape(str(meta.get('source')))}[/]")
+    console.print(f"  {escape(str(meta.get('format')))} ({escape(str(meta.get('tool')))}, version "
+                  f"{escape(str(meta.get('version') or 'not stated'))})")
+    card = report.card.name if report.card is not None else "none"
+    console.print(f"  card: {escape(card)} — {escape(report.card_source)}")
+
+
+def _summary(console: Console, report: Report) -> None:
+    table = _table(f"Kernels ({len(report.kernels)})")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("kernel", ratio=1, overflow="ellipsis", no_wrap=True, min_width=16)
+    # Widths that fit 100 columns with the kernel name taking what is left.
+    for col, width in (("time", 8), ("occ th/ach", 10), ("limiter", 9), ("top stall", 19), ("bound", 14)):
+        table.add_column(col, justify="right" if col in ("time", "occ th/ach") else "left", no_wrap=True,
+                         min_width=width, overflow="ellipsis")
+    for k in report.kernels:
+        occ = k.occupancy
+        shares = k.stall_shares()
+        stall = next((f"{reason(r).label} {s * 100:.0f}%" for r, s in shares.items() if not reason(r).not_a_stall),
+                     "—")
+        roof = k.roofline
+        bound = "—" if roof is None or roof.bound is None else f"{roof.bound}, {roof.basis[:4]}."  # meas./mode.
+        theo = pct(None if occ is None else occ.theoretical_pct, 0)
+        ach = pct(None if occ is None else occ.achieved_pct, 0)
+        table.add_row(str(k.kernel_id), escape(short(k.name, 60)), duration(k.duration_ns), f"{theo}/{ach}",
+                      escape(", ".join(occ.limiters) if occ is not None and occ.limiters else "—"),
+                      escape(stall), bound)
+    console.print(table)
+
+
+def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
+    console.print()
+    console.rule(f"[bold]#{k.kernel_id}[/] {escape(short(k.name, 84))}", align="left")
+    grid = "×".join("?" if v is None else str(v) for v in k.grid)
+    block = "×".join("?" if v is None else str(v) for v in k.block)
+    console.print(f"  grid {grid}, block {block}, {k.registers if k.registers is not None else '?'} registers/thread, "
+                  f"{duration(k.duration_ns)} per launch, {k.launches} launch(es)"
+                  + (f", iotrace plugin {escape(k.plugin)}" if k.plugin else ""))
+    ranked = primary(k.stalls, k.kernel_id)
+    if len(ranked):
+        family = str(ranked["family"].iloc[0])
+        table = _table(f"Warp stalls (measured, {family}: share of "
+                       f"{'cycles between issues' if family != 'sampling' else 'PC samples'})")
+        table.add_column("reason", no_wrap=True)
+        table.add_column("value", justify="right", no_wrap=True)
+        table.add_column("share", justify="right", no_wrap=True)
+        table.add_column("", no_wrap=True, min_width=10, max_width=10)
+        table.add_column("what it means", ratio=1)
+        for row in ranked.head(6).to_dict("records"):
+            if row["value"] <= 0:
+                continue
+            info = reason(str(row["reason"]))
+            bar = "█" * max(1, round(float(row["share"]) * 10))
+            table.add_row(escape(info.label), num(row["value"]), pct(float(row["share"]) * 100, 0), bar,
+                          escape(info.meaning))
+        console.print(table)
+    roof = k.roofline
+    if roof is not None:
+        table = _table(f"Roofline ({roof.basis}; FLOPs {num(roof.flops)}, {roof.precision or '—'}; peak "
+                       f"{num(roof.peak_flop_per_s)}FLOP/s from {escape(short(roof.peak_source, 60))})")
+        for col in ("level", "bytes", "FLOP/byte", "ceiling", "ceiling from"):
+            table.add_column(col, justify="left" if col in ("level", "ceiling from") else "right",
+                             no_wrap=col != "ceiling from", ratio=1 if col == "ceiling from" else None)
+        for lv in roof.levels:
+            table.add_row(lv.level.upper(), bytes_(lv.bytes), num(lv.intensity),
+                          "—" if lv.ceiling_bytes_per_s is None else f"{num(lv.ceiling_bytes_per_s)}B/s",
+                          escape(lv.ceiling_source))
+        console.print(table)
+        console.print(f"  bound: [bold]{roof.bound or '—'}[/] ({roof.basis}), {pct(roof.pct_of_attainable)} of "
+                      f"attainable; ridge {num(roof.ridge)} FLOP/byte; achieved {num(roof.achieved_flop_per_s)}FLOP/s")
+        if roof.model is not None:
+            m = roof.model
+            console.print(f"  model ({escape(m.plugin)}, modelled): {num(m.flops)} FLOPs, {bytes_(m.bytes)} — "
+                          f"counters/model: DRAM {num(m.dram_ratio)}×, FLOPs {num(m.flops_ratio)}×")
+    occ = k.occupancy
+    if occ is not None and (occ.theoretical_pct is not None or occ.achieved_pct is not None):
+        file_part = (f", file {pct(occ.theoretical_pct_file, 2)} ({escape(occ.theoretical_file_source)})"
+                     if occ.theoretical_pct_file is not None else "")
+        console.print(f"  occupancy: theoretical {pct(occ.theoretical_pct, 2)} (iotrace, CC {occ.cc}){file_part}; "
+                      f"achieved {pct(occ.achieved_pct, 1)} ({escape(occ.achieved_source or 'not in the file')}); "
+                      f"limited by {escape(', '.join(occ.limiters) or '—')}")
+        if occ.assumptions:
+            console.print(f"  [dim]{escape(occ.assumptions)}[/]")
+
+
+def _findings(console: Console, findings: list[Finding], detailed: set[int] | None = None) -> None:
+    """Warnings always; notes (severity info) about a kernel only when that kernel is shown in detail."""
+    if detailed is not None:
+        findings = [f for f in findings if f.severity == "warning" or f.kernel_id is None or f.kernel_id in detailed]
+    if not findings:
+        return
+    console.print()
+    console.print("[bold]Findings[/]")
+    for f in findings:
+        where = f"#{f.kernel_id} " if f.kernel_id is not None else ""
+        mark = "!" if f.severity == "warning" else "·"
+        console.print(f" {mark} {escape(f'[{f.report}]')} {where}{escape(f.text)}")
+        if f.evidence:
+            console.print("     evidence: " + escape("; ".join(e.text() for e in f.evidence)), style="dim")
+        if f.try_next:
+            console.print(f"     try: {escape(f.try_next)}")
+
+
+def _timeline(console: Console, report: Report) -> None:
+    line = report.timeline
+    if line is None:
+        return
+    console.print()
+    table = _table("Timeline: top kernels by total time (measured)")
+    for col, width in (("share", 6), ("total", 9), ("launches", 8), ("mean", 9), ("kernel", 20)):
+        table.add_column(col, justify="right" if col != "kernel" else "left", no_wrap=True, min_width=width,
+                         ratio=1 if col == "kernel" else None, overflow="ellipsis")
+    for row in line.top_kernels.to_dict("records"):
+        table.add_row(pct(row["share_pct"]), duration(row["total_ns"]), str(row["launches"]), duration(row["mean_ns"]),
+                      escape(short(row["name"], 70)))
+    console.print(table)
+    if len(line.ranges):
+        table = _table("Time per NVTX range")
+        for col, width in (("range", 20), ("count", 5), ("wall", 9), ("kernel time", 11)):
+            table.add_column(col, justify="left" if col == "range" else "right", ratio=1 if col == "range" else None,
+                             overflow="ellipsis", no_wrap=True, min_width=width)
+        for row in line.ranges.to_dict("records"):
+            table.add_row(escape(short(str(row["name"]), 60)), str(row["count"]), duration(row["total_ns"]),
+                          duration(row["kernel_ns"]))
+        console.print(table)
+    for row in line.idle.to_dict("records"):
+        console.print(f"  GPU {row['device']}: busy {duration(row['busy_ns'])} of {duration(row['span_ns'])}, idle "
+                      f"{pct(row['idle_share'] * 100)} in {row['gaps_over_min']} gaps ≥ 5 µs")
+    if len(line.gaps):
+        table = _table("Longest GPU idle gaps")
+        for col, width in (("GPU", 3), ("at", 9), ("gap", 9), ("after kernel", 16), ("before kernel", 16)):
+            table.add_column(col, justify="right" if col in ("GPU", "at", "gap") else "left", no_wrap=True,
+                             overflow="ellipsis", ratio=1 if "kernel" in col else None, min_width=width)
+        for row in line.gaps.head(5).to_dict("records"):
+            table.add_row(str(row["device"]), duration(row["start_offset_ns"]), duration(row["gap_ns"]),
+                          escape(short(row["before"], 34)), escape(short(row["after"], 34)))
+        console.print(table)
+    memcpy = line.memcpy
+    if memcpy.get("share") is not None:
+        console.print(f"  copies: {duration(memcpy['copy_ns'])} vs kernels {duration(memcpy['kernel_ns'])} "
+                      f"({pct(memcpy['share'] * 100)} of GPU busy time)")
+    if line.launch_latency is not None:
+        lat = line.launch_latency
+        console.print(f"  launch latency (API call → kernel start): median {duration(lat['median'])}, p90 "
+                      f"{duration(lat['p90'])}, max {duration(lat['max'])} over {lat['count']} launches")
+
+
+def print_report(console: Console, report: Report, details: int = DETAILS) -> None:
+    """The whole report: header, kernel summary, the top kernels in detail, timeline, findings, what is missing."""
+    _header(console, report)
+    console.print()
+    if report.kernels:
+        _summary(console, report)
+    for k in report.kernels[:details]:
+        _kernel_detail(console, report, k)
+    if len(report.kernels) > details:
+        console.print(f"\n  [dim]{len(report.kernels) - details} more kernels in the table above; --kernel REGEX "
+                      "selects, --format json has every one[/]")
+    _timeline(console, report)
+    _findings(console, report.findings, {k.kernel_id for k in report.kernels[:details]})
+    if report.unavailable:
+        console.print()
+        for item in report.unavailable:
+            count = f" ({item['kernels']} kernels)" if item["kernels"] > 1 else ""
+            console.print(f" [yellow]{escape(item['line'])}{count}[/]")
+    for note in report.notes:
+        console.print(f" [dim]note: {escape(note)}[/]")
+
+
+def print_diff(console: Console, diff: Diff) -> None:
+    console.print(f"[bold]before[/] {escape(str(diff.before.meta.get('source')))}")
+    console.print(f"[bold]after [/] {escape(str(diff.after.meta.get('source')))}")
+    for row in diff.kernels.to_dict("records"):
+        console.print()
+        same = row["before"] == row["after"]
+        console.rule(escape(short(row["after"], 90)) if same else
+                     f"{escape(short(row['before'], 44))} → {escape(short(row['after'], 44))}", align="left")
+        console.print(f"  matched by: {row['match']}")
+        table = _table("")
+        for col in ("quantity", "before", "after", "after/before"):
+            table.add_column(col, justify="left" if col == "quantity" else "right", no_wrap=True)
+        table.add_row("time per launch", duration(row["duration_ns_before"]), duration(row["duration_ns_after"]),
+                      num(row["duration_ns_ratio"]))
+        for key, label in TRAFFIC.items():
+            if row[f"{key}_before"] is None and row[f"{key}_after"] is None:
+                continue
+            table.add_row(escape(short(label, 44)), bytes_(row[f"{key}_before"]), bytes_(row[f"{key}_after"]),
+                          num(row[f"{key}_ratio"]))
+        table.add_row("theoretical occupancy", pct(row["theoretical_pct_before"]), pct(row["theoretical_pct_after"]),
+                      num(row["theoretical_pct_ratio"]))
+        table.add_row("achieved occupancy", pct(row["achieved_pct_before"]), pct(row["achieved_pct_after"]),
+                      num(row["achieved_pct_ratio"]))
+        console.print(table)
+        stalls = diff.stalls[(diff.stalls["before"] == row["before"]) & (diff.stalls["after"] == row["after"])]
+        if len(stalls):
+            table = _table("Warp stalls (share of cycles)")
+            for col in ("reason", "before", "after", "change"):
+                table.add_column(col, justify="left" if col == "reason" else "right", no_wrap=True)
+            for s in stalls.sort_values("delta", key=abs, ascending=False).head(6).to_dict("records"):
+                table.add_row(escape(reason(s["reason"]).label), pct(None if s["share_before"] is None else
+                                                                      s["share_before"] * 100, 0),
+                              pct(None if s["share_after"] is None else s["share_after"] * 100, 0),
+                              f"{s['delta'] * 100:+.0f} pts")
+            console.print(table)
+    for name in diff.unmatched_before:
+        console.print(f" only before: {escape(short(name, 90))}")
+    for name in diff.unmatched_after:
+        console.print(f" only after:  {escape(short(name, 90))}")
+    _findings(console, diff.findings)
