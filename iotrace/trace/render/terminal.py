@@ -39,10 +39,9 @@ def _header(console: Console, report: Report) -> None:
 
 def _summary(console: Console, report: Report) -> None:
     table = _table(f"Kernels ({len(report.kernels)})")
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("kernel", ratio=1, overflow="ellipsis", no_wrap=True, min_width=16)
+    table.add_column("# kernel", ratio=1, overflow="ellipsis", no_wrap=True, min_width=16, max_width=30)
     # Widths that fit 100 columns with the kernel name taking what is left.
-    for col, width in (("time", 8), ("occ th/ach", 10), ("limiter", 9), ("top stall", 19), ("bound", 14)):
+    for col, width in (("time", 8), ("occ th/ach", 10), ("limiter", 9), ("top stall", 19), ("bound", 7)):
         table.add_column(col, justify="right" if col in ("time", "occ th/ach") else "left", no_wrap=True,
                          min_width=width, overflow="ellipsis")
     for k in report.kernels:
@@ -51,10 +50,12 @@ def _summary(console: Console, report: Report) -> None:
         stall = next((f"{reason(r).label} {s * 100:.0f}%" for r, s in shares.items() if not reason(r).not_a_stall),
                      "—")
         roof = k.roofline
-        bound = "—" if roof is None or roof.bound is None else f"{roof.bound}, {roof.basis[:4]}."  # meas./mode.
+        bound = "—" if roof is None or roof.bound is None else roof.bound
+        if roof is not None and roof.basis == "modelled" and roof.bound is not None:
+            bound += " (modelled)"
         theo = pct(None if occ is None else occ.theoretical_pct, 0)
         ach = pct(None if occ is None else occ.achieved_pct, 0)
-        table.add_row(str(k.kernel_id), escape(short(k.name, 60)), duration(k.duration_ns), f"{theo}/{ach}",
+        table.add_row(escape(f"{k.kernel_id} {short(k.name, 60)}"), duration(k.duration_ns), f"{theo}/{ach}",
                       escape(", ".join(occ.limiters) if occ is not None and occ.limiters else "—"),
                       escape(stall), bound)
     console.print(table)

@@ -1,0 +1,148 @@
+"""One self-contained, offline HTML file: plotly.js embedded once, every figure interactive, every name escaped.
+
+Nothing is fetched when the file opens (no CDN, no fonts, no MathJax); text from the trace goes through
+``html.escape`` before it reaches the page or a figure.
+"""
+
+from __future__ import annotations
+
+import html
+from functools import cache
+
+from iotrace.trace.render.figures import figures
+from iotrace.trace.render.fmt import bytes_, duration, num, pct
+from iotrace.trace.reports.diff import Diff
+from iotrace.trace.reports.records import Finding
+from iotrace.trace.reports.report import Report
+from iotrace.trace.reports.stall_reasons import reason
+from iotrace.trace.reports.stalls import primary
+
+__all__ = ["report_html"]
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+th:first-child, td:first-child, td.name { text-align: left; }
+td.name { max-width: 420px; overflow-wrap: anywhere; }
+.finding { margin: 0.6em 0; } .warning { border-left: 4px solid #d62728; padding-left: 8px; }
+.info { border-left: 4px solid #1f77b4; padding-left: 8px; } .dim { color: #666; font-size: 0.9em; }
+.na { color: #8a6d00; } code { background: #f4f4f4; padding: 0 3px; }
+"""
+
+
+@cache
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _row(cells: list[str], header: bool = False, name_first: bool = True) -> str:
+    tag = "th" if header else "td"
+    out = []
+    for i, cell in enumerate(cells):
+        cls = ' class="name"' if i == 0 and name_first and not header else ""
+        out.append(f"<{tag}{cls}>{cell}</{tag}>")
+    return "<tr>" + "".join(out) + "</tr>"
+
+
+def _findings(findings: list[Finding]) -> str:
+    parts = []
+    for f in findings:
+        where = f"#{f.kernel_id} " if f.kernel_id is not None else ""
+        evidence = "; ".join(ev.text() for ev in f.evidence)
+        parts.append(f'<div class="finding {f.severity}"><b>[{e(f.report)}]</b> {e(where)}{e(f.text)}'
+                     f'<div class="dim">evidence: {e(evidence)} · {e(f.basis)}</div>'
+                     + (f"<div>try: {e(f.try_next)}</div>" if f.try_next else "") + "</div>")
+    return "\n".join(parts)
+
+
+def _kernel_table(report: Report) -> str:
+    rows = [_row(["kernel", "grid", "block", "regs", "time", "theoretical (iotrace / file)", "achieved", "limiter",
+                  "top stall", "bound"], header=True)]
+    for k in report.kernels:
+        occ = k.occupancy
+        stall = next((f"{reason(r).label} {s * 100:.0f}%" for r, s in k.stall_shares().items()
+                      if not reason(r).not_a_stall), "—")
+        roof = k.roofline
+        rows.append(_row([
+            e(f"#{k.kernel_id} {k.name}"), e("×".join("?" if v is None else str(v) for v in k.grid)),
+            e("×".join("?" if v is None else str(v) for v in k.block)), e(k.registers if k.registers is not None
+                                                                          else "—"),
+            e(duration(k.duration_ns)),
+            e(f"{pct(None if occ is None else occ.theoretical_pct)} / "
+              f"{pct(None if occ is None else occ.theoretical_pct_file)}"),
+            e(pct(None if occ is None else occ.achieved_pct)), e(", ".join(occ.limiters) if occ else "—"), e(stall),
+            e("—" if roof is None or roof.bound is None else f"{roof.bound} ({roof.basis})")]))
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def _details(report: Report, limit: int = 10) -> str:
+    parts = []
+    for k in report.kernels[:limit]:
+        parts.append(f"<h3>#{k.kernel_id} {e(k.name)}</h3>")
+        ranked = primary(k.stalls, k.kernel_id)
+        if len(ranked):
+            rows = [_row(["stall reason (measured)", "value", "share", "what it means", "try"], header=True)]
+            for r in ranked.head(6).to_dict("records"):
+                if r["value"] > 0:
+                    info = reason(str(r["reason"]))
+                    rows.append(_row([e(info.label), e(num(r["value"])), e(pct(r["share"] * 100)), e(info.meaning),
+                                      e(info.knob)]))
+            parts.append("<table>" + "".join(rows) + "</table>")
+        roof = k.roofline
+        if roof is not None:
+            rows = [_row(["level", "bytes", "FLOP/byte", "ceiling", "ceiling from", "bytes from"], header=True)]
+            for lv in roof.levels:
+                rows.append(_row([e(lv.level.upper()), e(bytes_(lv.bytes)), e(num(lv.intensity)),
+                                  e("—" if lv.ceiling_bytes_per_s is None else f"{num(lv.ceiling_bytes_per_s)}B/s"),
+                                  e(lv.ceiling_source), e(lv.bytes_source)]))
+            parts.append(f"<p>Roofline ({e(roof.basis)}): {e(num(roof.flops))} FLOPs ({e(roof.flops_source)}); "
+                         f"peak {e(num(roof.peak_flop_per_s))}FLOP/s from {e(roof.peak_source)}; bound "
+                         f"<b>{e(roof.bound or '—')}</b>, {e(pct(roof.pct_of_attainable))} of attainable.</p>"
+                         "<table>" + "".join(rows) + "</table>")
+    return "\n".join(parts)
+
+
+def _page(title: str, body: str) -> str:
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
+            f"<style>{_STYLE}</style>\n<script>{_plotly_js()}</script></head>\n<body>\n{body}\n</body></html>\n")
+
+
+def report_html(report: Report) -> str:
+    """The whole report as one HTML page that needs no network."""
+    meta = report.meta
+    body = [f"<h1>iotrace report</h1><p><code>{e(meta.get('source'))}</code><br>{e(meta.get('format'))} "
+            f"({e(meta.get('tool'))}, version {e(meta.get('version') or 'not stated')})<br>card: "
+            f"{e(report.card.name if report.card else 'none')} — {e(report.card_source)}</p>",
+            f"<h2>Kernels ({len(report.kernels)})</h2>", _kernel_table(report), "<h2>Figures</h2>"]
+    for n, (name, fig) in enumerate(figures(report)):
+        body.append(f'<div class="figure" id="{e(name)}">'
+                    + fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{n}",
+                                  config={"displaylogo": False, "responsive": True}) + "</div>")
+    body += ["<h2>Findings</h2>", _findings(report.findings) or "<p>none</p>"]
+    if report.unavailable:
+        body.append("<h2>Not available</h2><ul>" + "".join(
+            f'<li class="na">{e(u["line"])}' + (f" ({u['kernels']} kernels)" if u["kernels"] > 1 else "") + "</li>"
+            for u in report.unavailable) + "</ul>")
+    body += ["<h2>Kernel details</h2>", _details(report)]
+    if report.notes:
+        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in report.notes) + "</ul>")
+    return _page(f"iotrace report — {meta.get('source')}", "\n".join(body))
+
+
+def diff_html(diff: Diff) -> str:
+    rows = [_row(["before → after", "match", "time", "DRAM bytes", "L2 bytes", "theoretical occ."], header=True)]
+    for r in diff.kernels.to_dict("records"):
+        rows.append(_row([e(f"{r['before']} → {r['after']}"), e(r["match"]),
+                          e(f"{duration(r['duration_ns_before'])} → {duration(r['duration_ns_after'])}"),
+                          e(f"{bytes_(r['dram_bytes_before'])} → {bytes_(r['dram_bytes_after'])}"),
+                          e(f"{bytes_(r['l2_bytes_before'])} → {bytes_(r['l2_bytes_after'])}"),
+                          e(f"{pct(r['theoretical_pct_before'])} → {pct(r['theoretical_pct_after'])}")]))
+    return _page("iotrace diff", "<h1>iotrace diff</h1><table>" + "".join(rows) + "</table>" +
+                 _findings(diff.findings))

@@ -1,0 +1,108 @@
+"""The report as Markdown: tables and findings, with the figures as images beside the file when asked."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from iotrace.trace.render.fmt import bytes_, duration, num, pct, short
+from iotrace.trace.reports.diff import TRAFFIC, Diff
+from iotrace.trace.reports.records import Finding
+from iotrace.trace.reports.report import Report
+from iotrace.trace.reports.stall_reasons import reason
+from iotrace.trace.reports.stalls import primary
+
+__all__ = ["diff_markdown", "md", "report_markdown"]
+
+_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#!~])")
+
+
+def md(text: object, width: int | None = None) -> str:
+    """Trace text made inert in Markdown: every character Markdown or HTML would interpret is escaped."""
+    value = " ".join(str(text).split())
+    if width is not None:
+        value = short(value, width)
+    return _SPECIAL.sub(r"\\\1", value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*out, ""]
+
+
+def _findings(findings: list[Finding]) -> list[str]:
+    out = []
+    for f in findings:
+        where = f"#{f.kernel_id} " if f.kernel_id is not None else ""
+        out.append(f"- **{md(f.report)}** {where}{md(f.text)} *({f.basis})*")
+        if f.evidence:
+            out.append("  - evidence: " + md("; ".join(e.text() for e in f.evidence)))
+        if f.try_next:
+            out.append(f"  - try: {md(f.try_next)}")
+    return [*out, ""]
+
+
+def report_markdown(report: Report, details: int = 5, images: dict[str, str] | None = None) -> str:
+    meta = report.meta
+    lines = ["# iotrace report", "", f"`{md(meta.get('source'))}` — {md(meta.get('format'))} ({md(meta.get('tool'))}, "
+             f"version {md(meta.get('version') or 'not stated')}); card: "
+             f"{md(report.card.name if report.card else 'none')} ({md(report.card_source)})", ""]
+    rows = []
+    for k in report.kernels:
+        occ = k.occupancy
+        stall = next((f"{reason(r).label} {s * 100:.0f}%" for r, s in k.stall_shares().items()
+                      if not reason(r).not_a_stall), "—")
+        roof = k.roofline
+        rows.append([md(f"#{k.kernel_id} {k.name}", 70), duration(k.duration_ns),
+                     pct(None if occ is None else occ.theoretical_pct), pct(None if occ is None else
+                                                                             occ.theoretical_pct_file),
+                     pct(None if occ is None else occ.achieved_pct), md(", ".join(occ.limiters) if occ else "—"),
+                     md(stall), md("—" if roof is None or roof.bound is None else f"{roof.bound} ({roof.basis})")])
+    lines += [f"## Kernels ({len(report.kernels)})", ""]
+    lines += _table(["kernel", "time", "theoretical (iotrace)", "theoretical (file)", "achieved", "limiter",
+                     "top stall", "bound"], rows)
+    for name, path in (images or {}).items():
+        lines += [f"![{md(name)}]({Path(path).name})", ""]
+    for k in report.kernels[:details]:
+        lines += [f"### #{k.kernel_id} {md(k.name, 120)}", ""]
+        ranked = primary(k.stalls, k.kernel_id)
+        if len(ranked):
+            lines += _table(["stall reason (measured)", "value", "share", "what it means"],
+                            [[md(reason(r["reason"]).label), num(r["value"]), pct(r["share"] * 100),
+                              md(reason(r["reason"]).meaning)]
+                             for r in ranked.head(6).to_dict("records") if r["value"] > 0])
+        roof = k.roofline
+        if roof is not None:
+            lines += [f"Roofline ({roof.basis}): {num(roof.flops)} FLOPs, peak {num(roof.peak_flop_per_s)}FLOP/s "
+                      f"({md(roof.peak_source)}); bound **{roof.bound or '—'}**, {pct(roof.pct_of_attainable)} of "
+                      "attainable.", ""]
+            lines += _table(["level", "bytes", "FLOP/byte", "ceiling", "ceiling from"],
+                            [[lv.level.upper(), bytes_(lv.bytes), num(lv.intensity),
+                              "—" if lv.ceiling_bytes_per_s is None else f"{num(lv.ceiling_bytes_per_s)}B/s",
+                              md(lv.ceiling_source)] for lv in roof.levels])
+    line = report.timeline
+    if line is not None:
+        lines += ["## Timeline (measured)", ""]
+        lines += _table(["share", "total", "launches", "kernel"],
+                        [[pct(r["share_pct"]), duration(r["total_ns"]), str(r["launches"]), md(r["name"], 80)]
+                         for r in line.top_kernels.to_dict("records")])
+        for r in line.idle.to_dict("records"):
+            lines += [f"GPU {r['device']}: idle {pct(r['idle_share'] * 100)} of {duration(r['span_ns'])}.", ""]
+    lines += ["## Findings", "", *_findings(report.findings)]
+    if report.unavailable:
+        lines += ["## Not available", ""] + [f"- {md(u['line'])}" for u in report.unavailable] + [""]
+    return "\n".join(lines)
+
+
+def diff_markdown(diff: Diff) -> str:
+    lines = ["# iotrace diff", "", f"before `{md(diff.before.meta.get('source'))}`, after "
+             f"`{md(diff.after.meta.get('source'))}`", ""]
+    for r in diff.kernels.to_dict("records"):
+        lines += [f"## {md(r['before'], 60)} → {md(r['after'], 60)}", "", f"matched by: {r['match']}", ""]
+        rows = [["time per launch", duration(r["duration_ns_before"]), duration(r["duration_ns_after"]),
+                 num(r["duration_ns_ratio"])]]
+        rows += [[md(label), bytes_(r[f"{key}_before"]), bytes_(r[f"{key}_after"]), num(r[f"{key}_ratio"])]
+                 for key, label in TRAFFIC.items() if r[f"{key}_before"] is not None or r[f"{key}_after"] is not None]
+        lines += _table(["quantity", "before", "after", "after/before"], rows)
+    return "\n".join([*lines, "## Findings", "", *_findings(diff.findings)])
