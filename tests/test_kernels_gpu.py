@@ -76,7 +76,8 @@ def test_attention_decode_on_gpu(preset: str) -> None:
     assert result.mode == "gpu" and result.check.correct, result.check.where
 
 
-@pytest.mark.parametrize("preset", ["llama-3-b64-g4", "llama-3-b64-g4-greedy", "llama-3-b1-g8"])
+@pytest.mark.parametrize("preset", ["llama-3-b64-g4", "llama-3-b64-g4-greedy", "llama-3-b1-g8",
+                                    "llama-3-b64-g4-logits"])
 def test_draft_verify_on_gpu(preset: str) -> None:
     from iotrace.kernels.draft_verify import DraftVerifySpec
     from iotrace.runner import run

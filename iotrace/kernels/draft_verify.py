@@ -8,12 +8,18 @@ output distribution exactly p (Leviathan, Kalman, Matias 2023, "Fast Inference f
 Speculative Decoding", Algorithm 1 and Theorem 3.5; Chen et al. 2023, "Accelerating LLM Decoding with
 Speculative Sampling"). Greedy mode accepts while x_i is argmax p_i and emits argmax p_r.
 
+The target may come as probabilities p or as logits (``logits=True``, the shape's ``logits`` flag): the softmax is
+then fused, each row's max and normaliser found in one online pass (Milakov & Gimelshein 2018) and p_i(x) =
+exp(l_i(x) − m_i) / Z_i formed where it is used, so the (γ+1)·V probabilities are never written and read back.
+
 Every random draw comes from the uniforms passed in (γ acceptance tests and one sample), so the kernel is
 deterministic and the torch reference reproduces it token for token. One program per sequence; no host
 synchronisation; γ may differ per sequence (draft_lens).
 
 Cost (identity 4): bytes = the γ acceptance scalars of p and q, plus one row of p and q (V each) at the
-position that emits (greedy: every p row up to it); about 8·V bytes per sequence, memory-bound.
+position that emits (greedy: every p row up to it); about 8·V bytes per sequence, memory-bound. With logits every
+target row is read once for its softmax statistics: (γ+1)·V·4 + V·4 bytes per sequence, against the unfused
+softmax's (γ+1)·V·4 read + (γ+1)·V·4 written before the 8·V of the probability kernel.
 """
 
 from __future__ import annotations
@@ -41,12 +47,13 @@ SUM_TOLERANCE = 1e-3
 
 @triton.jit
 def _row_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
-    """The first index of the largest of V values, read in blocks (a whole vocabulary does not fit at once)."""
-    best_val = -1.0
+    """The first index of the largest of V values, read in blocks (a whole vocabulary does not fit at once).
+    Probabilities or logits alike: softmax keeps the order."""
+    best_val = -float("inf")
     best_idx = 0
     for start in range(0, V, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
-        vals = tl.load(row_ptr + offs, mask=offs < V, other=-1.0)
+        vals = tl.load(row_ptr + offs, mask=offs < V, other=-float("inf"))
         block_max = tl.max(vals, 0)
         block_idx = tl.min(tl.where(vals == block_max, offs, V), 0)  # first index of the maximum
         take = block_max > best_val
@@ -56,9 +63,28 @@ def _row_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _emit_weights(p_ptr, q_ptr, offs, V, q_limit, bonus):
-    """Unnormalised weights of the emitted token over one block: p for the bonus, max(0, p - q) after a rejection."""
-    p = tl.load(p_ptr + offs, mask=offs < V, other=0.0)
+def _row_softmax_stats(row_ptr, V, BLOCK_V: tl.constexpr):
+    """The max m and normaliser Z = Σ exp(l − m) of a row of V logits, in one online pass (Milakov & Gimelshein
+    2018, "Online normalizer calculation for softmax", algorithm 3). Logits are checked finite on the host."""
+    m = -float("inf")
+    z = 0.0
+    for start in range(0, V, BLOCK_V):
+        offs = start + tl.arange(0, BLOCK_V)
+        x = tl.load(row_ptr + offs, mask=offs < V, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(x, 0))
+        z = z * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
+        m = m_new
+    return m, z
+
+
+@triton.jit
+def _emit_weights(p_ptr, q_ptr, offs, V, q_limit, bonus, m, inv_z, LOGITS: tl.constexpr):
+    """Unnormalised weights of the emitted token over one block: p for the bonus, max(0, p - q) after a rejection;
+    with LOGITS, p = exp(l − m) / Z from the row's softmax statistics."""
+    if LOGITS:
+        p = tl.exp(tl.load(p_ptr + offs, mask=offs < V, other=-float("inf")) - m) * inv_z
+    else:
+        p = tl.load(p_ptr + offs, mask=offs < V, other=0.0)
     q = tl.load(q_ptr + offs, mask=offs < q_limit, other=0.0)
     return tl.where(bonus, p, tl.maximum(p - q, 0.0))
 
@@ -68,7 +94,7 @@ def _verify_kernel(
     draft_ptr, lens_ptr, q_ptr, p_ptr, u_ptr, accepted_ptr, token_ptr,
     stride_db, stride_qb, stride_qi, stride_pb, stride_pi, stride_ub,
     V,
-    GAMMA: tl.constexpr, GREEDY: tl.constexpr, BLOCK_V: tl.constexpr,
+    GAMMA: tl.constexpr, GREEDY: tl.constexpr, LOGITS: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     n = tl.load(lens_ptr + seq)
@@ -82,10 +108,13 @@ def _verify_kernel(
         if GREEDY:
             ok = token == _row_argmax(p_row + i * stride_pi, V, BLOCK_V)
         else:
-            p_tok = tl.load(p_row + i * stride_pi + token)
             q_tok = tl.load(q_row + i * stride_qi + token)
             u = tl.load(u_ptr + seq * stride_ub + i)
-            ok = u * q_tok < p_tok  # u < p/q without dividing by a zero q
+            if LOGITS:  # u < p/q with p = exp(l − m) / Z, multiplied out
+                m, z = _row_softmax_stats(p_row + i * stride_pi, V, BLOCK_V)
+                ok = u * q_tok * z < tl.exp(tl.load(p_row + i * stride_pi + token) - m)
+            else:
+                ok = u * q_tok < tl.load(p_row + i * stride_pi + token)  # u < p/q without dividing by a zero q
         still = tl.where((i < n) & ok, still, 0)
         accepted += still
     # 2. The emitted token at position `accepted`: residual max(0, p - q) after a rejection, p for the bonus.
@@ -96,10 +125,17 @@ def _verify_kernel(
         chosen = _row_argmax(p_row + r * stride_pi, V, BLOCK_V)
     else:
         q_limit = tl.where(bonus, 0, V)  # no q row past the draft: the bonus samples from p alone
+        if LOGITS:
+            m_r, z_r = _row_softmax_stats(p_row + r * stride_pi, V, BLOCK_V)
+            inv_z = 1.0 / z_r
+        else:
+            m_r = 0.0
+            inv_z = 1.0
         total = 0.0
         for start in range(0, V, BLOCK_V):
             offs = start + tl.arange(0, BLOCK_V)
-            weight = _emit_weights(p_row + r * stride_pi, q_row + r * stride_qi, offs, V, q_limit, bonus)
+            weight = _emit_weights(p_row + r * stride_pi, q_row + r * stride_qi, offs, V, q_limit, bonus, m_r, inv_z,
+                                   LOGITS)
             total += tl.sum(weight, 0)
         target = u * total
         prefix = 0.0
@@ -107,7 +143,8 @@ def _verify_kernel(
         last = 0
         for start in range(0, V, BLOCK_V):
             offs = start + tl.arange(0, BLOCK_V)
-            weight = _emit_weights(p_row + r * stride_pi, q_row + r * stride_qi, offs, V, q_limit, bonus)
+            weight = _emit_weights(p_row + r * stride_pi, q_row + r * stride_qi, offs, V, q_limit, bonus, m_r, inv_z,
+                                   LOGITS)
             cdf = prefix + tl.cumsum(weight, 0)
             hit = tl.min(tl.where((cdf > target) & (weight > 0), offs, V), 0)
             chosen = tl.minimum(chosen, hit)
@@ -118,7 +155,8 @@ def _verify_kernel(
     tl.store(token_ptr + seq, chosen.to(tl.int32))
 
 
-def _check_inputs(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> None:
+def _check_inputs(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
+                  logits: bool = False) -> None:
     batch, gamma = draft.shape
     vocab = p.shape[-1]
     if tuple(q.shape[:2]) != (batch, gamma) or tuple(p.shape[:2]) != (batch, gamma + 1) or \
@@ -129,12 +167,14 @@ def _check_inputs(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: t
     if q.shape[-1] != vocab:
         raise InvalidValueError(f"the draft's vocabulary ({q.shape[-1]}) differs from the target's ({vocab})",
                                 "speculative decoding needs one tokenizer for draft and target")
-    if not (torch.isfinite(p).all() and torch.isfinite(q).all()):
+    if logits and not torch.isfinite(p).all():
+        raise InvalidValueError("target logits hold NaN or infinity", "check the target model's output")
+    if not ((logits or torch.isfinite(p).all()) and torch.isfinite(q).all()):
         raise InvalidValueError("probabilities hold NaN or infinity", "check the softmax that produced them")
-    if (p < 0).any() or (q < 0).any() or (abs(p.sum(-1) - 1) > SUM_TOLERANCE).any() or \
+    if (not logits and ((p < 0).any() or (abs(p.sum(-1) - 1) > SUM_TOLERANCE).any())) or (q < 0).any() or \
             (abs(q.sum(-1) - 1) > SUM_TOLERANCE).any():
         raise InvalidValueError(f"probability rows must be >= 0 and sum to 1 within {SUM_TOLERANCE}",
-                                "pass softmax outputs, not logits")
+                                "pass softmax outputs, or the target's logits with logits=True")
     if (lens < 0).any() or (lens > gamma).any():
         raise InvalidValueError(f"draft lengths must lie in 0..{gamma}", "one length per sequence, at most γ")
     if ((draft < 0) | (draft >= vocab)).any():
@@ -143,17 +183,18 @@ def _check_inputs(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: t
 
 def verify(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
            accepted: torch.Tensor, token: torch.Tensor, greedy: bool, config: Mapping[str, int],
-           validate: bool = True) -> None:
+           validate: bool = True, logits: bool = False) -> None:
     """Run the verification step into ``accepted`` (B,) and ``token`` (B,), both int32.
 
+    ``p`` holds the target's probabilities, or its logits with ``logits`` (the softmax is then fused).
     ``validate`` checks the inputs first (it reads them on the host); the timed path passes False.
     """
     if validate:
-        _check_inputs(draft, lens, q, p, u)
+        _check_inputs(draft, lens, q, p, u, logits)
     batch, gamma = draft.shape
     _verify_kernel[(batch,)](draft, lens, q, p, u, accepted, token, draft.stride(0), q.stride(0), q.stride(1),
                              p.stride(0), p.stride(1), u.stride(0), p.shape[-1], GAMMA=gamma, GREEDY=greedy,
-                             BLOCK_V=config["BLOCK_V"], num_warps=config["num_warps"])
+                             LOGITS=logits, BLOCK_V=config["BLOCK_V"], num_warps=config["num_warps"])
 
 
 def verify_reference(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
@@ -222,13 +263,13 @@ class DraftVerifySpec(KernelSpec):
     name: ClassVar[str] = "draft-verify"
     summary: ClassVar[str] = "speculative decoding's verify step: accept a draft prefix, emit the next token"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32",)
-    shape_keys: ClassVar[tuple[str, ...]] = ("batch", "gamma", "vocab", "greedy", "varlen")
-    shape_flags: ClassVar[tuple[str, ...]] = ("greedy", "varlen")
+    shape_keys: ClassVar[tuple[str, ...]] = ("batch", "gamma", "vocab", "greedy", "varlen", "logits")
+    shape_flags: ClassVar[tuple[str, ...]] = ("greedy", "varlen", "logits")
     presets: ClassVar[dict[str, Shape]] = {
         # Llama-3's vocabulary is 128256 (config.json); batch 64 and γ = 4 is the issue's throughput point.
-        f"llama-3-b{b}-g{g}" + ("-greedy" if greedy else ""): {"batch": b, "gamma": g, "vocab": 128256,
-                                                                 "greedy": greedy, "varlen": 0}
-        for b, g, greedy in itertools.product((1, 64), (4, 8), (0, 1))}
+        f"llama-3-b{b}-g{g}" + ("-greedy" if greedy else "") + ("-logits" if logits else ""): {
+            "batch": b, "gamma": g, "vocab": 128256, "greedy": greedy, "varlen": 0, "logits": logits}
+        for b, g, greedy, logits in itertools.product((1, 64), (4, 8), (0, 1), (0, 1))}
     default_shape: ClassVar[Shape] = {"batch": 37, "gamma": 4, "vocab": 1000, "greedy": 0, "varlen": 1}
     interpreter_budget: ClassVar[int] = 2_000_000
 
@@ -243,7 +284,8 @@ class DraftVerifySpec(KernelSpec):
         gen = torch.Generator(device="cpu").manual_seed(seed)
         batch, gamma, vocab = shape["batch"], shape["gamma"], shape["vocab"]
         # Peaked target distributions and a draft that agrees with them in part, as real draft models do.
-        p = torch.softmax(3 * torch.randn(batch, gamma + 1, vocab, generator=gen), -1)
+        target_logits = 3 * torch.randn(batch, gamma + 1, vocab, generator=gen)
+        p = torch.softmax(target_logits.double(), -1).float()
         noise = torch.softmax(3 * torch.randn(batch, gamma, vocab, generator=gen), -1)
         q = 0.7 * p[:, :gamma] + 0.3 * noise
         draft = torch.multinomial(q.reshape(-1, vocab), 1, generator=gen).reshape(batch, gamma) if gamma else \
@@ -255,8 +297,9 @@ class DraftVerifySpec(KernelSpec):
         u = _away_from_ties(torch.rand(batch, gamma + 1, generator=gen), draft, lens, q, p)
         as_device = {"device": device}
         return {"draft": draft.to(torch.int32).to(**as_device), "lens": lens.to(torch.int32).to(**as_device),
-                "q": q.to(**as_device), "p": p.to(**as_device), "u": u.to(**as_device),
-                "greedy": torch.tensor(shape["greedy"])}
+                "q": q.to(**as_device), "p": (target_logits if shape["logits"] else p).to(**as_device),
+                "u": u.to(**as_device), "greedy": torch.tensor(shape["greedy"]),
+                "logits": torch.tensor(shape["logits"])}
 
     def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         batch = inputs["draft"].shape[0]
@@ -265,14 +308,16 @@ class DraftVerifySpec(KernelSpec):
                 "token": torch.empty(batch, dtype=torch.int32, device=device)}
 
     def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        accepted, token = verify_reference(inputs["draft"], inputs["lens"], inputs["q"], inputs["p"], inputs["u"],
+        p = torch.softmax(inputs["p"].double(), -1) if bool(inputs["logits"]) else inputs["p"]
+        accepted, token = verify_reference(inputs["draft"], inputs["lens"], inputs["q"], p, inputs["u"],
                                            bool(inputs["greedy"]))
         return {"accepted": accepted, "token": token}
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
                       backend: str = "triton") -> None:
         verify(inputs["draft"], inputs["lens"], inputs["q"], inputs["p"], inputs["u"], outputs["accepted"],
-               outputs["token"], bool(inputs["greedy"]), config, validate=inputs["draft"].device.type == "cpu")
+               outputs["token"], bool(inputs["greedy"]), config, validate=inputs["draft"].device.type == "cpu",
+               logits=bool(inputs["logits"]))
 
     def tolerance(self, dtype: str) -> Tolerance:
         return Tolerance(0.0, 0.0)  # counts and token ids: exact
@@ -283,6 +328,11 @@ class DraftVerifySpec(KernelSpec):
             nbytes = batch * ((gamma + 1) * vocab * 4 + 2 * gamma * 4 + 8)
             flops = batch * (gamma + 1) * vocab
             formula = "bytes = B·((γ+1)·V·4 [p rows for argmax] + 8·γ [draft, scalars] + 8 [outputs])"
+        elif shape["logits"]:  # every logits row once for its softmax statistics, and the q row that emits
+            nbytes = batch * ((gamma + 1) * vocab * 4 + vocab * 4 + gamma * (4 + 4 + 4 + 4) + 4 + 8)
+            flops = batch * ((gamma + 1) * 4 * vocab + 6 * vocab)
+            formula = ("bytes = B·((γ+1)·V·4 [logits rows, softmax fused] + V·4 [q row at the emitting position] "
+                       "+ 16·γ [draft, logits, q, u scalars] + 12)")
         else:
             nbytes = batch * (2 * vocab * 4 + gamma * (4 + 4 + 4 + 4) + 4 + 8)
             flops = batch * 4 * vocab
@@ -309,7 +359,8 @@ class DraftVerifySpec(KernelSpec):
             "accepted_ptr": "*i32", "token_ptr": "*i32", "stride_db": gamma, "stride_qb": gamma * vocab,
             "stride_qi": vocab, "stride_pb": (gamma + 1) * vocab, "stride_pi": vocab, "stride_ub": gamma + 1,
             "V": vocab}
-        constexprs = {"GAMMA": gamma, "GREEDY": bool(shape["greedy"]), "BLOCK_V": config["BLOCK_V"]}
+        constexprs = {"GAMMA": gamma, "GREEDY": bool(shape["greedy"]), "LOGITS": bool(shape["logits"]),
+                      "BLOCK_V": config["BLOCK_V"]}
         return [TritonUnit(__name__, "_verify_kernel", args, constexprs, config["num_warps"], 1, (batch, 1, 1))]
 
 
