@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,8 @@ from iotrace.errors import IotraceError
 from iotrace.plugins.spec import CudaUnit, TritonUnit
 from iotrace.sm_limits import parse_cc
 
-__all__ = ["CompileError", "Resources", "ToolMissingError", "cache_dir", "compile_resources", "parse_ptxas_log"]
+__all__ = ["CompileBatch", "CompileError", "Resources", "ToolMissingError", "cache_dir", "compile_each",
+           "compile_resources", "parse_ptxas_log"]
 
 
 class CompileError(IotraceError):
@@ -229,13 +231,20 @@ def _compiler_version(unit: TritonUnit | CudaUnit) -> str:
     return "triton:" + version("triton") + ":" + os.environ.get("TRITON_PTXAS_PATH", "")
 
 
-def _cache_key(unit: TritonUnit | CudaUnit, cc_number: int) -> str:
+def _package_source(module: str) -> bytes:
+    # The kernel's module and its siblings: @triton.jit helpers are often shared within a package
+    # (iotrace/kernels/attention_common.py), and a change to one must recompile every kernel that calls it.
+    spec = importlib.util.find_spec(module)
+    origin = Path(spec.origin) if spec and spec.origin else None
+    return b"".join(p.read_bytes() for p in sorted(origin.parent.glob("*.py"))) if origin else b""
+
+
+def _cache_key(unit: TritonUnit | CudaUnit, cc_number: int, sources: dict[str, bytes] | None = None) -> str:
     if isinstance(unit, TritonUnit):
-        # The kernel's module and its siblings: @triton.jit helpers are often shared within a package
-        # (iotrace/kernels/attention_common.py), and a change to one must recompile every kernel that calls it.
-        spec = importlib.util.find_spec(unit.module)
-        origin = Path(spec.origin) if spec and spec.origin else None
-        source = b"".join(p.read_bytes() for p in sorted(origin.parent.glob("*.py"))) if origin else b""
+        sources = {} if sources is None else sources
+        if unit.module not in sources:
+            sources[unit.module] = _package_source(unit.module)
+        source = sources[unit.module]
         fields = json.dumps(asdict(unit), sort_keys=True, default=str).encode()
     else:
         source, fields = unit.source.encode(), json.dumps(asdict(unit), sort_keys=True, default=str).encode()
@@ -266,33 +275,84 @@ def _store(key: str, resources: Resources) -> None:
 
 def compile_resources(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int],
                       jobs: int | None = None) -> list[Resources]:
-    """Static resources of every unit compiled for ``cc``, from the cache or compiled (in parallel for Triton)."""
+    """Static resources of every unit compiled for ``cc``, from the cache or compiled (in parallel for Triton).
+
+    The first unit that does not compile raises its :class:`CompileError`.
+    """
+    batch = compile_each(units, cc, jobs)
+    for result in batch.results:
+        if isinstance(result, CompileError):
+            raise result
+    return batch.results  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class CompileBatch:
+    """The outcome of :func:`compile_each`: one answer per unit, and how many came from the cache."""
+
+    results: list[Resources | CompileError]
+    cached: int
+    compiled: int
+    workers_started: int
+
+
+#: Units one worker process compiles before reporting back: a worker pays about 2 s to import torch and Triton
+#: (env-probe.md, "Import times"), a config 0.2-2.5 s to compile (section 6b), so a few per worker keeps the start-up
+#: cost small while the progress bar still moves.
+UNITS_PER_WORKER = 8
+
+
+def compile_each(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int], jobs: int | None = None,
+                 progress: Callable[[int], None] | None = None) -> CompileBatch:
+    """Like :func:`compile_resources`, but a unit that does not compile gives its :class:`CompileError` in its place
+    instead of stopping the rest (the autotuner prunes such configs). ``progress(n)`` is called as units finish."""
     cc_number = _cc_number(cc)
-    results: list[Resources | None] = [None] * len(units)
+    results: list[Resources | CompileError | None] = [None] * len(units)
     todo: list[tuple[int, str]] = []
+    sources: dict[str, bytes] = {}  # one read of each kernel package per call, however many units share it
     for i, unit in enumerate(units):
-        key = _cache_key(unit, cc_number)
+        key = _cache_key(unit, cc_number, sources)
         results[i] = _load_cached(key)
         if results[i] is None:
             todo.append((i, key))
+    cached = len(units) - len(todo)
+    if progress is not None and cached:
+        progress(cached)
     triton_todo = [(i, key) for i, key in todo if isinstance(units[i], TritonUnit)]
     for i, key in todo:
         if isinstance(units[i], CudaUnit):
-            results[i] = _compile_cuda(units[i], cc_number)  # type: ignore[arg-type]
-            _store(key, results[i])
+            try:
+                results[i] = _compile_cuda(units[i], cc_number)  # type: ignore[arg-type]
+                _store(key, results[i])  # type: ignore[arg-type]
+            except CompileError as exc:
+                results[i] = exc
+            if progress is not None:
+                progress(1)
+    batches: list[list[tuple[int, str]]] = []
     if triton_todo:
         workers = max(1, min(jobs or os.cpu_count() or 1, len(triton_todo)))
-        batches = [triton_todo[w::workers] for w in range(workers)]
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            for batch, answers in zip(batches, pool.map(lambda b: _run_worker([units[i] for i, _ in b], cc_number),
-                                                         batches), strict=True):
-                for (i, key), answer in zip(batch, answers, strict=True):
-                    if "error" in answer:
-                        raise CompileError(answer["error"], answer["fix"])
+        size = max(1, min(UNITS_PER_WORKER, -(-len(triton_todo) // workers)))
+        batches = [triton_todo[start:start + size] for start in range(0, len(triton_todo), size)]
+
+        def work(batch: list[tuple[int, str]]) -> None:
+            try:
+                answers = _run_worker([units[i] for i, _ in batch], cc_number)  # type: ignore[misc]
+            except CompileError as exc:  # the worker itself died or timed out: every unit it held is unanswered
+                answers = [{"error": exc.problem, "fix": exc.fix}] * len(batch)
+            for (i, key), answer in zip(batch, answers, strict=True):
+                if "error" in answer:
+                    results[i] = CompileError(answer["error"], answer["fix"])
+                else:
                     answer["grid"] = tuple(answer["grid"])
                     results[i] = Resources(**answer)
-                    _store(key, results[i])
-    return [r for r in results if r is not None]
+                    _store(key, results[i])  # type: ignore[arg-type]
+            if progress is not None:
+                progress(len(batch))
+
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for done in concurrent.futures.as_completed([pool.submit(work, b) for b in batches]):
+                done.result()
+    return CompileBatch([r for r in results if r is not None], cached, len(todo), len(batches))
 
 
 def _run_worker(units: list[TritonUnit], cc_number: int) -> list[dict[str, Any]]:

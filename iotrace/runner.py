@@ -126,8 +126,13 @@ class RunResult:
 
 def resolve_config(spec: KernelSpec, shape: Shape, dtype: str, card: Card, backend: str,
                    overrides: dict[str, Any] | None = None) -> Config:
-    """The card's default config with ``overrides`` applied; unknown keys are refused."""
-    base = spec.default_config(shape, dtype, card, backend)
+    """The card's default config with ``overrides`` applied; unknown keys are refused.
+
+    A tuned config shipped through ``$IOTRACE_TUNED`` (``iotrace tune --export``) replaces the kernel's default.
+    """
+    from iotrace.autotune.export import tuned_config  # the loading hook: stdlib only, imports nothing heavy
+
+    base = tuned_config(spec, shape, dtype, card, backend) or spec.default_config(shape, dtype, card, backend)
     if overrides:
         base = {**base, **spec.check_config(overrides, shape, dtype, card, backend)}
     return base

@@ -1,15 +1,101 @@
-"""``iotrace tune``: its flags and its entry point (wired into the CLI by ``iotrace.cli``)."""
+"""``iotrace tune``: its flags and its entry point (wired into the CLI by ``iotrace.cli``).
+
+Examples (no GPU needed)::
+
+    iotrace tune gemm --card h100 --preset square-4096 --fix BLOCK_K=64,num_stages=3
+    iotrace tune gemm --card rtx3090 --shape M=2048,N=2048,K=2048 --static --json
+    iotrace tune gemm --replay bench/sweeps/gemm-h100-square-4096-synth.json --strategy random --budget 20
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
+from iotrace.cli import _add_card, _mapping, count, number
 from iotrace.errors import InvalidValueError
+
+__all__ = ["add_arguments", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kernel", metavar="KERNEL", help="a kernel name (see `iotrace kernels`)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--preset", metavar="NAME", help="a named shape from a real model (see `iotrace kernels`)")
+    where.add_argument("--shape", type=_mapping, metavar="K=V,...", help="a free shape, e.g. M=4096,N=4096,K=4096")
+    parser.add_argument("--dtype", help="input dtype (default: the kernel's first, e.g. fp16)")
+    _add_card(parser, " (default: $IOTRACE_CARD, then the local GPU)")
+    parser.add_argument("--backend", default="triton", help="triton (default) or cuda where the kernel has it")
+    parser.add_argument("--strategy", default="model", metavar="NAME",
+                        help="exhaustive, random or model (default: measure the model's top-k, then local search)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--budget", type=count, metavar="N", help="at most N evaluations")
+    budget.add_argument("--time", type=number, metavar="S", help="at most S seconds of evaluation")
+    parser.add_argument("--fix", type=_mapping, metavar="K=V,...",
+                        help="tune only the configs with these values, e.g. BLOCK_K=64,num_stages=3")
+    parser.add_argument("--static", action="store_true",
+                        help="static phase only: compile, prune, rank by the cost model; launch nothing")
+    parser.add_argument("--verify", type=count, default=3, metavar="N",
+                        help="without a GPU: check the top N ranked configs under the Triton interpreter "
+                             "(default 3; 0: none). On a GPU every measured config is checked")
+    parser.add_argument("--replay", type=Path, metavar="SWEEP.json",
+                        help="measure nothing: answer from a recorded sweep (compare strategies offline)")
+    parser.add_argument("--record", type=Path, metavar="SWEEP.json", help="on a GPU: save the measurements as a sweep")
+    parser.add_argument("--export", type=Path, metavar="BEST.json",
+                        help="add the best config to a tuned-config file kernels load at run time ($IOTRACE_TUNED)")
+    parser.add_argument("--cache", type=Path, metavar="FILE",
+                        help="the tuning cache (default $XDG_CACHE_HOME/iotrace/tune.sqlite3)")
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the tuning cache")
+    parser.add_argument("--jobs", type=count, metavar="N", help="compile workers (default: one per CPU core)")
+    parser.add_argument("--seed", type=count, metavar="N", help="seed of the inputs and of random search")
+    parser.add_argument("--rows", type=count, default=15, metavar="N", help="table rows to show (default 15)")
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE.html",
+                        help="write a chart of time against occupancy and against the predicted time")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def main(args: argparse.Namespace) -> None:
-    raise InvalidValueError("`iotrace tune` is not built yet", "see the autotuner issue")
+    from iotrace.autotune.export import export_best
+    from iotrace.autotune.render import BarProgress, print_tune, write_figure
+    from iotrace.autotune.tuner import TuneOptions, tune
+    from iotrace.cards import detect
+    from iotrace.console import make_console
+    from iotrace.plugins import kernel
+
+    spec = kernel(args.kernel)
+    if args.jobs is not None and args.jobs < 1:
+        raise InvalidValueError(f"--jobs {args.jobs} starts no compile worker", "give --jobs 1 or more")
+    if args.rows < 0:
+        raise InvalidValueError(f"--rows {args.rows} is negative", "give 0 or more")
+    if args.output is not None and args.output.suffix.lower() not in (".html", ".htm"):
+        raise InvalidValueError(f"-o {args.output}: the tune chart is written as HTML", "name the file FILE.html")
+    if args.preset is not None:
+        if args.preset not in spec.presets:
+            raise InvalidValueError(f"{spec.name} has no preset {args.preset!r}",
+                                    f"its presets are {', '.join(spec.presets)}")
+        shape = dict(spec.presets[args.preset])
+    else:
+        shape = args.shape or (None if args.replay else dict(spec.default_shape))
+    card = detect(args.card) if args.replay is None or args.card else None
+    options = TuneOptions(strategy=args.strategy, budget=args.budget, time_s=args.time,
+                          mode="static" if args.static else None, verify_top=args.verify, replay=args.replay,
+                          record=args.record, cache=args.cache, use_cache=not args.no_cache, fix=args.fix or {},
+                          jobs=args.jobs, seed=args.seed, backend=args.backend)
+    console = make_console()
+    progress = BarProgress(console) if console.is_terminal and not args.json else None
+    result = tune(spec, shape, args.dtype or (None if args.replay else spec.dtypes[0]), card,  # type: ignore[arg-type]
+                  options, progress)
+    if args.output is not None:
+        write_figure(result, args.output)
+    exported = export_best(result, args.export) if args.export is not None else None
+    if args.json:
+        from iotrace.cli import _finite_json
+
+        print(json.dumps(_finite_json(result.to_dict()), indent=2, allow_nan=False))
+        return
+    print_tune(console, result, args.rows)
+    if args.output is not None:
+        console.print(f"wrote {args.output}")
+    if exported is not None:
+        console.print(f"exported the best config to {args.export} (load it with {'IOTRACE_TUNED'}={args.export})")

@@ -1,0 +1,159 @@
+"""The tuning cache: one SQLite row per measured config, under ``$XDG_CACHE_HOME/iotrace/tune.sqlite3``.
+
+Key: card fingerprint (name, CC, SM count, driver, CUDA), Triton version, kernel source hash, kernel, backend,
+method (``gpu`` timing or ``interpreter`` check), shape bucket, dtype, config. A changed space therefore re-measures
+only configs it has not seen; an edited kernel (new source hash) or a new driver measures afresh.
+
+Safety, from SQLite's own guarantees (https://www.sqlite.org/wal.html, https://www.sqlite.org/atomiccommit.html):
+WAL journaling lets readers run beside one writer; ``busy_timeout`` makes a second writer wait rather than fail;
+each result is its own ``BEGIN IMMEDIATE … COMMIT`` transaction, so Ctrl-C or SIGKILL between two results leaves
+every committed row intact and no half row. A rerun reads what is there and measures the rest (resume).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from iotrace.autotune.space import config_key
+from iotrace.errors import DataFileError
+
+if TYPE_CHECKING:
+    from iotrace.autotune.backends import Measurement
+    from iotrace.plugins.spec import Config, KernelSpec
+
+__all__ = ["SCHEMA_VERSION", "CacheKey", "TuneCache", "default_path", "kernel_source_hash"]
+
+#: Bumped when the table changes; an older file is refused with a message, not silently misread.
+SCHEMA_VERSION = "1"
+
+#: How long a writer waits for another process's transaction before giving up (SQLite ``busy_timeout``): a row
+#: commits in milliseconds, so 30 s only runs out when another process holds the file locked for good.
+BUSY_TIMEOUT_MS = 30_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS results (
+    card TEXT NOT NULL, triton TEXT NOT NULL, source_hash TEXT NOT NULL, kernel TEXT NOT NULL,
+    backend TEXT NOT NULL, method TEXT NOT NULL, shape_bucket TEXT NOT NULL, dtype TEXT NOT NULL,
+    config TEXT NOT NULL,
+    shape TEXT NOT NULL, status TEXT NOT NULL, time_us REAL, p20_us REAL, p80_us REAL, verified INTEGER,
+    note TEXT NOT NULL, timing TEXT NOT NULL, run_id TEXT NOT NULL, recorded_at REAL NOT NULL,
+    PRIMARY KEY (card, triton, source_hash, kernel, backend, method, shape_bucket, dtype, config)
+);
+"""
+
+
+def default_path() -> Path:
+    """``$XDG_CACHE_HOME/iotrace/tune.sqlite3`` (XDG Base Directory spec: ``~/.cache`` when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "iotrace" / "tune.sqlite3"
+
+
+def kernel_source_hash(spec: KernelSpec) -> str:
+    """SHA-256 (first 16 hex digits) of the spec's module and its package siblings, as the compile cache reads them:
+    a change to a shared @triton.jit helper changes every kernel that calls it."""
+    found = importlib.util.find_spec(type(spec).__module__)
+    origin = Path(found.origin) if found and found.origin else None
+    digest = hashlib.sha256()
+    if origin is not None:
+        files = sorted(origin.parent.glob("*.py")) if origin.name != "__main__.py" else [origin]
+        for path in files:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything but the config that a cached measurement is valid for."""
+
+    card: str
+    triton: str
+    source_hash: str
+    kernel: str
+    backend: str
+    method: str
+    shape_bucket: str
+    dtype: str
+
+    def values(self) -> tuple[str, ...]:
+        return (self.card, self.triton, self.source_hash, self.kernel, self.backend, self.method, self.shape_bucket,
+                self.dtype)
+
+
+_KEY_WHERE = ("card = ? AND triton = ? AND source_hash = ? AND kernel = ? AND backend = ? AND method = ? AND "
+              "shape_bucket = ? AND dtype = ?")
+
+
+class TuneCache:
+    """The cache file, opened for one tuning run (``run_id`` marks the rows this run wrote)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self.run_id = uuid.uuid4().hex[:12]
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("BEGIN IMMEDIATE")  # two processes creating the file at once: one waits
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(statement)
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            self._db.execute("COMMIT")
+        except (OSError, sqlite3.Error) as exc:
+            raise DataFileError(f"the tuning cache {self.path} cannot be opened ({exc})",
+                                "pass --cache PATH to use another file, or --no-cache") from exc
+        if row is not None and row[0] != SCHEMA_VERSION:
+            raise DataFileError(f"the tuning cache {self.path} has schema {row[0]}, this iotrace writes "
+                                f"{SCHEMA_VERSION}", f"delete {self.path} (it is only a cache) or pass --cache PATH")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> TuneCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, key: CacheKey, config: Config) -> Measurement | None:
+        from iotrace.autotune.backends import Measurement
+
+        row = self._db.execute(f"SELECT status, time_us, p20_us, p80_us, verified, note, timing FROM results WHERE "
+                               f"{_KEY_WHERE} AND config = ?", (*key.values(), config_key(config))).fetchone()
+        if row is None:
+            return None
+        status, time_us, p20, p80, verified, note, timing = row
+        return Measurement(status, time_us, p20, p80, None if verified is None else bool(verified), timing, note,
+                           cached=True)
+
+    def put(self, key: CacheKey, config: Config, shape: dict[str, int], found: Measurement) -> None:
+        """Store one result in its own transaction (committed before the next config starts)."""
+        values = (*key.values(), config_key(config), json.dumps(shape), found.status, found.time_us, found.p20_us,
+                  found.p80_us, None if found.verified is None else int(found.verified), found.note, found.timing,
+                  self.run_id, time.time())
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("INSERT OR REPLACE INTO results VALUES (" + ",".join("?" * len(values)) + ")", values)
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise DataFileError(f"cannot write to the tuning cache {self.path} ({exc})",
+                                "check the disk, or pass --no-cache") from exc
+
+    def rows(self, key: CacheKey) -> Iterator[tuple[str, str, str]]:
+        """(config, status, run_id) of every row under ``key``."""
+        yield from self._db.execute(f"SELECT config, status, run_id FROM results WHERE {_KEY_WHERE}", key.values())

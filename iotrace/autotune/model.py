@@ -1,0 +1,167 @@
+"""The cost model: a predicted time for one config, from the kernel's cost, the card and the compiled resources.
+
+Every term is modelled, never measured, and each is reported beside the prediction so a reader can check it:
+
+* **Roofline** (identity 4; Williams, Waterman and Patterson, "Roofline", CACM 52(4), 2009): the time floor is
+  ``max(FLOPs / peak, bytes / bandwidth)`` with the card's CardBook peak for the kernel's dtype.
+* **Tile efficiency**: a tile that overhangs a ragged edge still computes the padded part (masked lanes issue all
+  the same). ``size / (ceil(size / block) · block)`` per tiled dimension, multiplied; this is the "tile
+  quantization" of NVIDIA's *Matrix Multiplication Background User's Guide* (Deep Learning Performance docs).
+  Masked loads fetch nothing, so it scales compute time only.
+* **SM balance** (the tail effect): blocks are handed to SMs as they free up, so the busiest SM runs
+  ``ceil(blocks / SMs)`` blocks while the average runs ``blocks / SMs``; the ratio is the useful fraction of SM time.
+  It is the "wave quantization" of the same NVIDIA guide, counted per SM because blocks resident together share
+  the SM's throughput. Waves (``blocks / (active blocks per SM · SMs)``) are reported beside it.
+* **Latency hiding** (Little's law, L = λW, Little 1961; for GPUs Volkov, "Understanding Latency Hiding on
+  GPUs", PhD thesis, UC Berkeley 2016): to stream at bandwidth B across a latency W, ``B · W`` bytes must be in
+  flight. Each resident block holds at most its staged shared memory (a pipelined kernel's tiles in flight) or one
+  16-byte vector load per thread, whichever is more; the blocks resident at once (occupancy × SMs, capped by the
+  grid) give the bytes in flight. Compute needs at least one warp per scheduler (Volkov, "Better Performance at
+  Lower Occupancy", GTC 2010: instruction-level parallelism stands in for more warps).
+* **Operand reuse** (a hierarchical roofline, Yang et al., "Hierarchical Roofline Analysis", arXiv:2009.05257,
+  at the shared-memory level): a tensor-core tile reads its operands from shared memory, and a warp computing a
+  ``w_m x w_n`` piece of a ``BLOCK_M x BLOCK_N`` output tile reads ``(w_m + w_n) · BLOCK_K`` elements per
+  ``2 · w_m · w_n · BLOCK_K`` FLOPs. With square warp tiles (area ``BLOCK_M · BLOCK_N / warps``) that is an
+  intensity of ``sqrt(BLOCK_M · BLOCK_N / warps) / bytes per element`` FLOP per shared-memory byte, against the
+  SMs' shared-memory bandwidth of 32 banks x 4 bytes per clock each (CUDA C++ Programming Guide, "Shared Memory")
+  at the card's boost clock. Small tiles starve the tensor cores this way long before DRAM does. Applied to
+  kernels whose configs have a ``BLOCK_M x BLOCK_N`` dot tile (or that name theirs in ``dot_tile``) and a
+  tensor-core peak.
+* **Spills**: ptxas's spill bytes per thread times the threads launched, added to the memory traffic (a lower
+  bound: a spill inside a loop repeats).
+
+Unknown to this model, and left to measurement: cache reuse between tiles (L2 hit rates), bank conflicts,
+instruction mix. Recorded GPU sweeps (``--replay``) are how its ranking is judged.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from iotrace.cards import Card
+    from iotrace.compile_info import Resources
+    from iotrace.occupancy import OccupancyResult
+    from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
+
+__all__ = ["BYTES_IN_FLIGHT_PER_THREAD", "DRAM_LATENCY_S", "LAUNCH_GAP_US", "SMEM_BYTES_PER_CLOCK", "Prediction",
+           "dot_tile", "predict", "tile_dims", "tile_efficiency"]
+
+#: The widest load one thread issues: 16 bytes (CUDA C++ Programming Guide, "Device Memory Accesses": global
+#: memory instructions read words of 1, 2, 4, 8 or 16 bytes).
+BYTES_IN_FLIGHT_PER_THREAD = 16
+
+#: DRAM load latency, a round figure: pointer-chasing microbenchmarks put global-memory misses at several hundred ns
+#: on recent NVIDIA parts (Jia et al., "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking",
+#: arXiv:1804.06826; Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture",
+#: arXiv:2402.13499). One figure for every card: recorded sweeps are what calibrate it.
+DRAM_LATENCY_S = 600e-9
+
+#: Shared-memory bandwidth of one SM: 32 banks of 4 bytes per clock (CUDA C++ Programming Guide, "Shared Memory",
+#: compute capability 5.x and later).
+SMEM_BYTES_PER_CLOCK = 32 * 4
+
+#: Added per launch after the first for kernels that make several (split-KV decode and its combine): a dependent
+#: launch costs a few µs of launch overhead (CUDA C++ Best Practices Guide, "Concurrent Kernel Execution" and the
+#: CUDA Graphs section, which exist to remove it). A round figure, like DRAM_LATENCY_S.
+LAUNCH_GAP_US = 2.0
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A modelled time and the terms that make it (all ``kind = modelled``)."""
+
+    time_us: float
+    roofline_us: float
+    compute_us: float
+    memory_us: float
+    bound: str
+    tile_efficiency: float
+    sm_balance: float
+    latency_hiding: float
+    operand_intensity: float | None
+    warps_per_scheduler: float
+    waves: float
+    spill_bytes: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "kind": "modelled"}
+
+
+def tile_dims(spec: KernelSpec, shape: Shape, config: Config) -> dict[str, str]:
+    """Which shape dimension each block-size parameter tiles.
+
+    A kernel may say so itself with a ``tile_dims`` class attribute (``{"BLOCK_M": "seqlen"}``); otherwise a
+    parameter ``BLOCK_<D>`` tiles the shape key ``D`` (case-insensitive), as in the GEMM's BLOCK_M/N/K over M/N/K.
+    """
+    declared = getattr(spec, "tile_dims", None)
+    if isinstance(declared, Mapping):
+        return {k: v for k, v in declared.items() if k in config and v in shape}
+    lower = {k.lower(): k for k in shape if k not in spec.shape_flags}
+    found = {}
+    for key in config:
+        match = re.fullmatch(r"BLOCK_(\w+)", key)
+        if match and match.group(1).lower() in lower and isinstance(config[key], int):
+            found[key] = lower[match.group(1).lower()]
+    return found
+
+
+def tile_efficiency(spec: KernelSpec, shape: Shape, config: Config) -> float:
+    """Useful over computed work: ``size / (ceil(size / block) · block)`` for every tiled dimension, multiplied."""
+    efficiency = 1.0
+    for param, dim in tile_dims(spec, shape, config).items():
+        size, block = shape[dim], int(config[param])
+        if block > 0:
+            efficiency *= size / (math.ceil(size / block) * block)
+    return efficiency
+
+
+def dot_tile(spec: KernelSpec, config: Config) -> tuple[int, int] | None:
+    """The output tile of the kernel's tensor-core dot: ``spec.dot_tile`` names its two parameters, else
+    ``BLOCK_M`` x ``BLOCK_N`` when the config has both; None when there is none."""
+    names = getattr(spec, "dot_tile", None) or ("BLOCK_M", "BLOCK_N")
+    values = [config.get(n) for n in names]
+    if len(values) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return (int(values[0]), int(values[1]))  # type: ignore[arg-type]
+    return None
+
+
+def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: OccupancyResult,
+            tile_eff: float, tile: tuple[int, int] | None = None, element_bytes: int = 2) -> Prediction:
+    """The modelled time of one call: the slower of its compute and memory times, each scaled by its terms."""
+    main = resources[0]
+    peak = card.peak_flop_per_s(cost.peak)
+    bandwidth = card.bandwidth_bytes_per_s
+    sms = card.sm_count
+    blocks = max(1, math.prod(main.grid))
+    per_sm = blocks / sms
+    sm_balance = per_sm / math.ceil(per_sm)
+    resident_blocks = min(blocks, occ.active_blocks_per_sm * sms)
+    in_flight = resident_blocks * max(main.dynamic_smem, main.threads_per_block * BYTES_IN_FLIGHT_PER_THREAD)
+    latency_hiding = min(1.0, in_flight / (bandwidth * DRAM_LATENCY_S))
+    # Warps a scheduler can pick from on the busiest SM: the resident blocks there, at most the occupancy allows.
+    warps_on_sm = min(occ.active_blocks_per_sm, math.ceil(per_sm)) * occ.warps_per_block
+    schedulers = card.sm_limits.sub_partitions
+    issue = min(1.0, warps_on_sm / schedulers)
+    spill_bytes = float(main.spills * main.threads_per_block * blocks)
+    throughput = peak
+    intensity = None
+    if tile is not None and cost.peak.endswith("_tensor") and card.boost_clock_mhz:
+        warps = max(1, main.threads_per_block // 32)
+        intensity = math.sqrt(tile[0] * tile[1] / warps) / element_bytes
+        smem_bandwidth = sms * SMEM_BYTES_PER_CLOCK * card.boost_clock_mhz * 1e6
+        throughput = min(peak, intensity * smem_bandwidth)
+    compute_s = cost.flops / tile_eff / (throughput * sm_balance * issue)
+    memory_s = (cost.bytes + spill_bytes) / (bandwidth * latency_hiding)
+    roofline_s = max(cost.flops / peak, cost.bytes / bandwidth)
+    waves = blocks / (occ.active_blocks_per_sm * sms)
+    time_us = max(compute_s, memory_s) * 1e6 + LAUNCH_GAP_US * (len(resources) - 1)
+    return Prediction(time_us=time_us, roofline_us=roofline_s * 1e6, compute_us=compute_s * 1e6,
+                      memory_us=memory_s * 1e6, bound="compute" if compute_s >= memory_s else "memory",
+                      tile_efficiency=tile_eff, sm_balance=sm_balance, latency_hiding=latency_hiding,
+                      operand_intensity=intensity,
+                      warps_per_scheduler=warps_on_sm / schedulers, waves=waves, spill_bytes=spill_bytes)

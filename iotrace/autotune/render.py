@@ -1,0 +1,216 @@
+"""How a tune is shown: a progress bar while it runs, then a rich table, the chosen config and why, and an HTML
+chart of time against occupancy and against the predicted time. Renderers only draw; the tuner computed it all.
+
+Measured and modelled never share a column: ``predicted µs`` is the cost model, ``measured µs``, ``TFLOP/s`` and
+``% roofline`` are GPU measurements (blank without one).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from iotrace.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from iotrace.autotune.tuner import ConfigResult, TuneResult
+
+__all__ = ["BarProgress", "print_tune", "tune_figure", "write_figure"]
+
+#: Rows the terminal table shows by default (the JSON and the chart hold every config).
+TABLE_ROWS = 15
+
+
+class BarProgress:
+    """The tuner's :class:`~iotrace.autotune.tuner.Progress` as a rich progress bar (one task at a time)."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._bar: Progress | None = None
+        self._task: Any = None
+
+    def start(self, description: str, total: int) -> None:
+        self.stop()
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), console=self._console, transient=True)
+        self._bar.start()
+        self._task = self._bar.add_task(escape(description), total=total)
+
+    def advance(self, steps: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, steps)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:.{digits}g}"
+
+
+_SHORT = {"num_warps": "w", "num_stages": "s", "GROUP_M": "G"}
+_LIMITERS = {"registers": "regs", "shared_mem": "smem"}
+
+
+def compact(config: dict[str, Any], skip: frozenset[str] = frozenset()) -> str:
+    """``BM=128 BN=256 BK=64 w=8 s=3 TMA`` in short: names shortened, switches shown only when on."""
+    parts = []
+    for key, value in config.items():
+        if key in skip:
+            continue
+        short = _SHORT.get(key, key.replace("BLOCK_", "B"))
+        if isinstance(value, bool):
+            if value:
+                parts.append(short.replace("USE_", ""))
+        else:
+            parts.append(f"{short}={value}")
+    return " ".join(parts)
+
+
+def _constant_keys(result: TuneResult) -> dict[str, Any]:
+    """Parameters with one value across the whole space (fixed by the kernel or by --fix): shown once, not per row."""
+    values: dict[str, set[str]] = {}
+    for row in result.results:
+        for key, value in row.config.items():
+            values.setdefault(key, set()).add(repr(value))
+    first = result.results[0].config if result.results else {}
+    return {k: first[k] for k, v in values.items() if len(v) == 1 and len(result.results) > 1}
+
+
+def _measured_columns(result: TuneResult, row: ConfigResult) -> list[str]:
+    if row.measured_us is None:
+        return ["—", "—", "—"]
+    seconds = row.measured_us * 1e-6
+    roof = row.entry.prediction.roofline_us if row.entry.prediction else None
+    return [_num(row.measured_us), _num(result.cost.flops / seconds / 1e12, 3),
+            _num(100 * roof / row.measured_us, 3) if roof else "—"]
+
+
+def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> None:
+    """The ranked table, the counts, the chosen config and why."""
+    static = result.static
+    timed = result.mode in ("gpu", "replay")
+    constant = _constant_keys(result)
+    title = (f"tune {result.kernel} {result.dtype} {','.join(f'{k}={v}' for k, v in result.shape.items())} on "
+             f"{result.card.name} (CC {result.card.cc}, {result.card.sm_count} SMs), {result.mode} mode"
+             + (f"; every config has {compact(constant)}" if constant else ""))
+    # A light box: the table must fit an 80-column terminal (the README's width) with the config unbroken.
+    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False, collapse_padding=True)
+    columns = ["#", "config", "regs", "smem KB", "spill", "occ %", "limiter", "pred µs"]
+    columns += ["meas µs", "TFLOP/s", "% roof", "ok"] if timed else ["ok"]
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("config", "limiter") else "right",
+                         no_wrap=True)
+    ranked = result.ranked()
+    shown = [r for r in ranked if r.entry.pruned is None][:rows]
+    skip = frozenset(constant)
+    for row in shown:
+        main, occ = row.entry.main, row.entry.occupancy
+        verified = {True: "yes", False: "[red]WRONG[/red]", None: "—"}[row.verified]
+        cells = [str(row.rank or ""), escape(compact(row.config, skip)), str(main.registers) if main else "—",
+                 _num(main.shared_mem_bytes / 1024, 3) if main else "—",
+                 f"[yellow]{row.entry.spills}[/yellow]" if row.entry.spills else "0",
+                 _num(occ.occupancy_pct, 3) if occ else "—",
+                 ",".join(_LIMITERS.get(x, x) for x in occ.limiters) if occ else "—", _num(row.entry.predicted_us)]
+        cells += [*_measured_columns(result, row), verified] if timed else [verified]
+        table.add_row(*cells)
+    console.print(table)
+    pruned = [r for r in result.results if r.entry.pruned]
+    launchable = len(result.results) - len(pruned)
+    hidden = launchable - len(shown)
+    lines = [f"{len(result.results)} configs: {launchable} launchable, {len(pruned)} pruned statically"
+             + (f" ({len(pruned) / len(result.results):.0%})" if result.results else "")
+             + (f"; {hidden} more launchable not shown (--json lists all)" if hidden > 0 else "")]
+    if pruned:
+        reasons: dict[str, int] = {}
+        for row in pruned:
+            reason = (row.entry.pruned or "").split(": ", 1)[-1]
+            reason = "shared memory over the limit" if "shared memory" in reason else (
+                "registers over the limit" if "registers" in reason else reason[:80])
+            reasons[reason] = reasons.get(reason, 0) + 1
+        lines.append("pruned: " + "; ".join(f"{n} × {why}" for why, n in sorted(reasons.items(), key=lambda x: -x[1])))
+    if static is not None and static.cached_units + static.compiled_units:
+        lines.append(f"static phase {static.seconds:.1f} s: {static.compiled_units} compiled, {static.cached_units} "
+                     f"from the compile cache")
+    if result.evaluations:
+        where = f" {result.cache_path}" if result.cache_path else ""
+        lines.append(f"{result.evaluations} evaluated ({result.measured} new, {result.evaluations - result.measured} "
+                     f"from the tuning cache{where})")
+    for line in lines:
+        console.print(escape(line))
+    for note in result.notes:
+        console.print(f"[dim]{escape(note)}[/dim]")
+    if result.best is not None:
+        console.print(f"[bold]best ({result.basis}):[/bold] {escape(compact(result.best.config))}")
+    console.print(f"why: {escape(result.why)}")
+
+
+def tune_figure(result: TuneResult) -> go.Figure:
+    """Two panels: time against occupancy, and measured against predicted time (a perfect model is the diagonal).
+
+    Without measurements (no GPU) the first panel plots the predicted time, labelled modelled, and the second is
+    left empty with a note.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rows = [r for r in result.results if r.entry.prediction is not None and r.entry.occupancy is not None]
+    measured = [r for r in rows if r.measured_us is not None]
+    timed = bool(measured)
+    y_label = "measured µs" if timed else "predicted µs (modelled)"
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"{y_label} vs occupancy",
+                                                        "measured vs predicted µs (measured)" if timed else
+                                                        "measured vs predicted: no GPU measurements in this run"])
+    points = measured if timed else rows
+    labels = [compact(r.config) for r in points]
+    colours = ["crimson" if r.verified is False else ("seagreen" if r.verified else "steelblue") for r in points]
+    fig.add_trace(go.Scatter(x=[r.entry.occupancy.occupancy_pct for r in points],  # type: ignore[union-attr]
+                             y=[r.measured_us if timed else r.entry.predicted_us for r in points], mode="markers",
+                             text=labels, marker={"color": colours, "size": 8}, name="configs",
+                             hovertemplate="%{text}<br>occupancy %{x:.1f}%<br>%{y:.4g} µs<extra></extra>"),
+                  row=1, col=1)
+    if timed:
+        predicted = [r.entry.predicted_us for r in measured]
+        fig.add_trace(go.Scatter(x=predicted, y=[r.measured_us for r in measured], mode="markers", text=labels,
+                                 marker={"color": colours, "size": 8}, showlegend=False,
+                                 hovertemplate="%{text}<br>predicted %{x:.4g} µs<br>measured %{y:.4g} µs"
+                                               "<extra></extra>"), row=1, col=2)
+        top = max(max(predicted), max(r.measured_us or 0 for r in measured))  # type: ignore[type-var]
+        fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", line={"dash": "dot", "color": "grey"},
+                                 name="measured = predicted"), row=1, col=2)
+    if result.best is not None and result.best.entry.occupancy is not None:
+        best_y = result.best.measured_us if timed else result.best.entry.predicted_us
+        fig.add_trace(go.Scatter(x=[result.best.entry.occupancy.occupancy_pct], y=[best_y], mode="markers",
+                                 marker={"symbol": "star", "size": 16, "color": "gold",
+                                         "line": {"width": 1, "color": "black"}},
+                                 name=f"best ({result.basis})"), row=1, col=1)
+    fig.update_xaxes(title_text="occupancy % (static)", row=1, col=1)
+    fig.update_yaxes(title_text=y_label, row=1, col=1)
+    fig.update_xaxes(title_text="predicted µs (modelled)", row=1, col=2)
+    fig.update_yaxes(title_text="measured µs", row=1, col=2)
+    fig.update_layout(title=f"{result.kernel} {result.dtype} on {result.card.name}: {len(rows)} launchable configs "
+                            f"({result.mode} mode)", template="plotly_white", height=460, width=1200)
+    return fig
+
+
+def write_figure(result: TuneResult, path: Path) -> None:
+    if Path(path).suffix.lower() not in (".html", ".htm"):
+        raise InvalidValueError(f"-o {path}: the tune chart is written as HTML", "name the file FILE.html")
+    try:
+        tune_figure(result).write_html(str(path), include_plotlyjs=True)
+    except OSError as exc:
+        raise InvalidValueError(f"cannot write {path} ({exc.strerror})", "choose a writable path") from exc

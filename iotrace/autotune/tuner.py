@@ -1,0 +1,436 @@
+"""The tuner: space -> static phase (compile, occupancy, prune, predict) -> strategy -> measure + verify -> best.
+
+:func:`tune` is the whole job as a Python call; ``iotrace tune`` (:mod:`iotrace.autotune.command`) only parses flags
+into :class:`TuneOptions` and renders the :class:`TuneResult`.
+
+Modes, chosen from the options and the machine:
+
+* ``gpu``: on an NVIDIA GPU (Triton not interpreting, the card is the local one): the strategy picks configs,
+  each is checked against the reference and timed (:class:`~iotrace.autotune.backends.GpuBackend`), cached.
+* ``interpreter`` (CPU, the default there): the static ranking, and the top configs checked for correctness under
+  the Triton interpreter; no time is measured, the best is the model's choice among the configs that passed.
+* ``static`` (``--static``): the static phase only; nothing is launched.
+* ``replay`` (``--replay SWEEP``): measurements come from a recorded sweep, to compare strategies offline.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from iotrace.autotune.backends import Backend, GpuBackend, InterpreterBackend, Measurement, ReplayBackend
+from iotrace.autotune.cache import CacheKey, TuneCache, kernel_source_hash
+from iotrace.autotune.fingerprint import Fingerprint, fingerprint, triton_version
+from iotrace.autotune.space import kernel_space, shape_bucket, shape_text
+from iotrace.autotune.static import StaticEntry, StaticPhase, entry_from_resources, rank, static_phase
+from iotrace.autotune.strategies import BudgetSpent, SearchSpace, strategy
+from iotrace.autotune.sweep import Sweep, SweepRow, load_sweep, resources_from_dict
+from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.kernels.backend import interpreting
+
+if TYPE_CHECKING:
+    from iotrace.cards import Card
+    from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
+
+__all__ = ["DEFAULT_VERIFY_TOP", "ConfigResult", "Progress", "TuneOptions", "TuneResult", "tune"]
+
+#: Configs the interpreter checks on a CPU: the model's top three (each check is a second or more interpreted).
+DEFAULT_VERIFY_TOP = 3
+
+MODES = ("gpu", "interpreter", "static", "replay")
+
+
+class UnsupportedDtypeError(IotraceError):
+    """A card with no hardware peak for the kernel's dtype (bf16 before Ampere, fp8 before Ada)."""
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How to tune; every field has the CLI flag of the same name."""
+
+    strategy: str = "model"
+    #: At most this many evaluations (None: the strategy's own end).
+    budget: int | None = None
+    #: At most this many seconds of evaluation (None: no limit).
+    time_s: float | None = None
+    #: ``gpu``, ``interpreter``, ``static`` or ``replay``; None: ``replay`` with a sweep, else ``gpu`` on a GPU,
+    #: else ``interpreter``.
+    mode: str | None = None
+    #: Interpreter mode: how many of the best-ranked configs to check (more are checked if all of these fail).
+    verify_top: int = DEFAULT_VERIFY_TOP
+    replay: Path | None = None
+    record: Path | None = None
+    #: The SQLite cache file (None: ``$XDG_CACHE_HOME/iotrace/tune.sqlite3``); ``use_cache=False`` skips it.
+    cache: Path | None = None
+    use_cache: bool = True
+    #: Narrow the space: only configs with these values (``{"BLOCK_K": 64}``).
+    fix: dict[str, Any] = field(default_factory=dict)
+    jobs: int | None = None
+    seed: int | None = None
+    backend: str = "triton"
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    """One config's static entry and, when it was evaluated, its measurement."""
+
+    entry: StaticEntry
+    rank: int | None
+    measurement: Measurement | None = None
+
+    @property
+    def config(self) -> Config:
+        return self.entry.config
+
+    @property
+    def measured_us(self) -> float | None:
+        return self.measurement.time_us if self.measurement else None
+
+    @property
+    def verified(self) -> bool | None:
+        return self.measurement.verified if self.measurement else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys of ``iotrace tune --json``'s ``configs`` list."""
+        main, occ = self.entry.main, self.entry.occupancy
+        return {"config": self.config, "registers": main.registers if main else None,
+                "shared_mem_bytes": main.shared_mem_bytes if main else None,
+                "spills": self.entry.spills if main else None,
+                "occupancy_pct": occ.occupancy_pct if occ else None,
+                "limiters": list(occ.limiters) if occ else [], "pruned": self.entry.pruned,
+                "predicted_us": self.entry.predicted_us, "measured_us": self.measured_us, "verified": self.verified}
+
+
+class Progress(Protocol):
+    """Where the tuner reports progress (a rich bar in the CLI; nothing by default)."""
+
+    def start(self, description: str, total: int) -> None: ...
+
+    def advance(self, steps: int = 1) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class _NoProgress:
+    def start(self, description: str, total: int) -> None:
+        pass
+
+    def advance(self, steps: int = 1) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass
+class TuneResult:
+    kernel: str
+    backend: str
+    dtype: str
+    shape: Shape
+    card: Card
+    fingerprint: Fingerprint
+    mode: str
+    strategy: str
+    cost: Cost
+    results: list[ConfigResult]
+    best: ConfigResult | None
+    why: str
+    static: StaticPhase | None
+    evaluations: int
+    measured: int
+    seconds: float
+    cache_path: Path | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def basis(self) -> str:
+        """``measured`` when the best was chosen on measured times, ``predicted`` when on the cost model."""
+        return "measured" if self.best is not None and self.best.measured_us is not None else "predicted"
+
+    def ranked(self) -> list[ConfigResult]:
+        """Measured configs fastest first, then the rest by predicted time, then the pruned ones."""
+        def order(r: ConfigResult) -> tuple[int, float, int]:
+            if r.measured_us is not None and r.verified is not False:
+                return (0, r.measured_us, r.rank or 0)
+            if r.rank is not None:
+                return (1, r.entry.predicted_us or math.inf, r.rank)
+            return (2, 0.0, 0)
+        return sorted(self.results, key=order)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``iotrace tune --json``: ``{"card", "kernel", "shape", "configs", "best"}``."""
+        best = None
+        if self.best is not None:
+            best = {**self.best.to_dict(), "basis": self.basis, "why": self.why}
+        return {"card": self.card.key, "kernel": self.kernel, "shape": self.shape,
+                "configs": [r.to_dict() for r in self.ranked()], "best": best}
+
+    def to_sweep(self, command: str = "") -> Sweep:
+        """The measured part of this run as a recorded sweep (``--record``)."""
+        from datetime import UTC, datetime
+        from importlib.metadata import version
+
+        how = (f"measured on {self.fingerprint.name} (driver {self.fingerprint.driver}, CUDA {self.fingerprint.cuda}) "
+               f"by `iotrace tune` in {self.mode} mode, strategy {self.strategy}")
+        rows = [SweepRow(r.config, r.entry.resources_dict(), r.measured_us, r.verified,
+                         r.measurement.note if r.measurement else (r.entry.pruned or "")) for r in self.results]
+        return Sweep(self.kernel, self.backend, self.dtype, dict(self.shape), self.fingerprint.to_dict(),
+                     {"how": how, "command": command, "iotrace": version("iotrace"), "triton": triton_version(),
+                      "date": datetime.now(UTC).isoformat(timespec="seconds"), "evaluations": self.evaluations},
+                     rows)
+
+
+# --- checks --------------------------------------------------------------------------------------------------
+
+
+def check_request(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOptions) -> Shape:
+    """Refuse what cannot be tuned, each with the value and the fix, before any compile starts."""
+    strategy(options.strategy)  # an unknown name lists the known ones
+    if options.backend not in spec.backends:
+        raise InvalidValueError(f"{spec.name} has no {options.backend!r} backend",
+                                f"use one of {', '.join(spec.backends)}")
+    if options.budget is not None and options.budget < 1:
+        raise InvalidValueError(f"a budget of {options.budget} evaluations tunes nothing",
+                                "give --budget 1 or more, or leave it out to let the strategy finish")
+    if options.time_s is not None and not options.time_s > 0:
+        raise InvalidValueError(f"a time budget of {options.time_s} s tunes nothing", "give --time above 0")
+    if options.verify_top < 0:
+        raise InvalidValueError(f"--verify {options.verify_top} is negative", "give 0 (no checks) or more")
+    if options.mode is not None and options.mode not in MODES:
+        raise InvalidValueError(f"unknown mode {options.mode!r}", f"use one of {', '.join(MODES)}")
+    shape = spec.check_shape(shape)
+    spec.check_dtype(dtype)
+    if card.cc is None:
+        raise InvalidValueError(f"{card.name} has no CUDA compute capability: iotrace tunes Triton kernels for "
+                                "NVIDIA targets", "pick an NVIDIA card, e.g. --card h100 (see `iotrace cards`)")
+    peak = spec.cost(shape, dtype).peak
+    if peak not in card.peak_tflops:
+        raise UnsupportedDtypeError(f"{card.name} (CC {card.cc}) has no {peak} peak: it does not support {dtype} "
+                                    f"for {spec.name}", f"use one of the dtypes it has peaks for, or a newer card "
+                                    f"(it states {', '.join(card.peak_tflops) or 'no peaks'})")
+    return shape
+
+
+def _mode(options: TuneOptions, card: Card) -> str:
+    if options.replay is not None:
+        return "replay"
+    if options.mode is not None:
+        if options.mode == "gpu" and interpreting():
+            raise InvalidValueError("GPU timing needs an NVIDIA GPU, and Triton is interpreting here",
+                                    "run on a GPU machine, or use --static / the interpreter check")
+        if options.mode == "replay":
+            raise InvalidValueError("replay mode needs a sweep", "pass --replay SWEEP.json")
+        return options.mode
+    return "interpreter" if interpreting() else "gpu"
+
+
+def _local_card_matches(card: Card) -> None:
+    from iotrace.cards import detect
+
+    local = detect(None)
+    if local.key != card.key:
+        raise InvalidValueError(f"--card {card.key} is not the GPU here ({local.name}): measurements would be "
+                                "filed under the wrong card", "leave --card out on a GPU, or add --static")
+
+
+# --- the job -------------------------------------------------------------------------------------------------
+
+
+def _static_from_sweep(spec: KernelSpec, sweep: Sweep, card: Card, shape: Shape) -> StaticPhase:
+    """The static phase rebuilt from the resources a sweep recorded (no compile), with today's model."""
+    start = time.perf_counter()
+    cost = spec.cost(shape, sweep.dtype)
+    entries = []
+    for row in sweep.rows:
+        if not row.resources:
+            entries.append(StaticEntry(row.config, (), None, None, row.note or "did not compile when recorded"))
+            continue
+        resources = [resources_from_dict(r) for r in row.resources]
+        entries.append(entry_from_resources(spec, shape, sweep.dtype, row.config, resources, cost, card))
+    return StaticPhase(entries, 0, 0, 0, time.perf_counter() - start)
+
+
+class _Evaluator:
+    """The strategies' ``evaluate(i)``: the cache first, else the backend; the budget charged per new config."""
+
+    def __init__(self, backend: Backend, space: list[int], entries: list[StaticEntry], shape: Shape,
+                 cache: TuneCache | None, key: CacheKey | None, budget: int | None, time_s: float | None,
+                 progress: Progress) -> None:
+        self.backend, self.space, self.entries, self.shape = backend, space, entries, shape
+        self.cache, self.key, self.budget, self.progress = cache, key, budget, progress
+        self.deadline = None if time_s is None else time.monotonic() + time_s
+        self.found: dict[int, Measurement] = {}
+        self.order: list[int] = []
+        self.measured = 0
+
+    def __call__(self, index: int) -> float | None:
+        entry_index = self.space[index]
+        if entry_index in self.found:
+            return self.found[entry_index].usable_us
+        if self.budget is not None and len(self.found) >= self.budget:
+            raise BudgetSpent
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise BudgetSpent
+        config = self.entries[entry_index].config
+        result = self.cache.get(self.key, config) if self.cache is not None and self.key is not None else None
+        if result is None:
+            result = self.backend.measure(config)
+            self.measured += 1
+            if self.cache is not None and self.key is not None:
+                self.cache.put(self.key, config, self.shape, result)
+        self.found[entry_index] = result
+        self.order.append(entry_index)
+        self.progress.advance()
+        return result.usable_us
+
+
+def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOptions | None = None,
+         progress: Progress | None = None) -> TuneResult:
+    """Tune ``spec`` for ``shape`` and ``dtype`` on ``card``; see the module docstring for the modes."""
+    options = options or TuneOptions()
+    progress = progress or _NoProgress()
+    start = time.perf_counter()
+    sweep = load_sweep(options.replay) if options.replay is not None else None
+    if sweep is not None:
+        shape, dtype, card = _replay_request(spec, sweep, shape, dtype, card, options)
+    shape = check_request(spec, shape, dtype, card, options)
+    mode = _mode(options, card)
+    on_gpu = mode == "gpu"
+    if on_gpu:
+        _local_card_matches(card)
+    if options.record is not None and mode != "gpu":
+        raise InvalidValueError(f"--record {options.record}: only GPU measurements are recorded ({mode} mode here)",
+                                "run the recording on a GPU (bench/gpu_validate.sh does)")
+    cost = spec.cost(shape, dtype)
+    notes: list[str] = []
+    if sweep is not None:
+        static = _static_from_sweep(spec, sweep, card, shape)
+        notes.append(f"replayed: {sweep.provenance.get('how', 'a recorded sweep')}")
+    else:
+        configs = kernel_space(spec, shape, dtype, card, options.backend, options.fix)
+        units = sum(len(spec.compile_units(shape, dtype, c, options.backend)) for c in configs)
+        progress.start(f"compile {len(configs)} configs for sm_{card.cc.replace('.', '')}", units)
+        try:
+            static = static_phase(spec, shape, dtype, card, configs, options.backend, options.jobs, progress.advance)
+        finally:
+            progress.stop()
+    entries = static.entries
+    ranking = rank(entries)
+    rank_of = {i: r + 1 for r, i in enumerate(ranking)}
+    if not ranking:
+        reasons = sorted({e.pruned or "" for e in entries})
+        raise IotraceError(f"no {spec.name} config can launch on {card.name} for {shape_text(shape)}: "
+                           f"{'; '.join(reasons)[:400]}", "try a smaller shape, another card, or other --fix values")
+    finger = fingerprint(card, on_gpu)
+    key = CacheKey(finger.text(), triton_version(), kernel_source_hash(spec), spec.name, options.backend, mode,
+                   shape_text(shape_bucket(spec, shape)), dtype)
+    cache = TuneCache(options.cache) if options.use_cache and mode in ("gpu", "interpreter") else None
+    backend: Backend | None = None
+    if mode == "gpu":
+        backend = GpuBackend(spec, shape, dtype, options.backend, options.seed)
+    elif mode == "interpreter" and options.verify_top > 0:
+        backend = InterpreterBackend(spec, shape, dtype, options.backend, options.seed)
+    elif mode == "replay":
+        assert sweep is not None
+        backend = ReplayBackend(sweep)
+    evaluator = None
+    try:
+        if backend is not None:
+            evaluator = _Evaluator(backend, ranking, entries, shape, cache, key, options.budget, options.time_s,
+                                   progress)
+            _evaluate(mode, options, evaluator, entries, ranking, progress)
+    finally:
+        if cache is not None:
+            cache.close()
+    found = evaluator.found if evaluator is not None else {}
+    results = [ConfigResult(e, rank_of.get(i), found.get(i)) for i, e in enumerate(entries)]
+    best, why = _choose(mode, options, results, ranking, evaluator)
+    if mode == "interpreter":
+        notes.append("No GPU: the best is the cost model's choice among configs the Triton interpreter checked; "
+                     "interpreted speed says nothing about a GPU, so nothing here is a measured time.")
+    result = TuneResult(spec.name, options.backend, dtype, shape, card, finger, mode, options.strategy, cost, results,
+                        best, why, static, len(found), evaluator.measured if evaluator else 0,
+                        time.perf_counter() - start, cache.path if cache is not None else None, notes)
+    if options.record is not None:
+        import shlex
+        import sys
+
+        result.to_sweep(" ".join(shlex.quote(a) for a in ["iotrace", *sys.argv[1:]])).save(options.record)
+    return result
+
+
+def _replay_request(spec: KernelSpec, sweep: Sweep, shape: Shape | None, dtype: str | None, card: Card | None,
+                    options: TuneOptions) -> tuple[Shape, str, Card]:
+    """A replay tunes what the sweep recorded; a shape, dtype or card given beside it must agree."""
+    from iotrace.cards import lookup
+
+    if sweep.kernel != spec.name:
+        raise InvalidValueError(f"the sweep {options.replay} is of {sweep.kernel}, not {spec.name}",
+                                f"run `iotrace tune {sweep.kernel} --replay {options.replay}`")
+    recorded = lookup(str(sweep.card.get("key", sweep.card.get("name", ""))))
+    for what, given, held in (("shape", shape, sweep.shape), ("dtype", dtype, sweep.dtype),
+                              ("card", card.key if card else None, recorded.key)):
+        if given and given != held:
+            raise InvalidValueError(f"--{what} {given} differs from the sweep's {held}",
+                                    f"leave --{what} out with --replay")
+    return dict(sweep.shape), sweep.dtype, recorded
+
+
+def _evaluate(mode: str, options: TuneOptions, evaluator: _Evaluator, entries: list[StaticEntry],
+              ranking: list[int], progress: Progress) -> None:
+    if mode == "interpreter":
+        # The model's top configs, checked; if none passes, further down the ranking until one does.
+        progress.start(f"check the top {options.verify_top} under the Triton interpreter", options.verify_top)
+        try:
+            for position in range(len(ranking)):
+                evaluator(position)
+                passed = sum(1 for m in evaluator.found.values() if m.verified)
+                if position + 1 >= options.verify_top and passed:
+                    break
+        finally:
+            progress.stop()
+        return
+    space = SearchSpace([entries[i].config for i in ranking],
+                        [entries[i].predicted_us or math.inf for i in ranking])
+    total = min(len(space), options.budget or len(space))
+    progress.start(f"{mode}: {options.strategy} search over {len(space)} configs", total)
+    try:
+        strategy(options.strategy).search(space, evaluator, random.Random(options.seed))
+    except BudgetSpent:
+        pass
+    finally:
+        progress.stop()
+
+
+def _choose(mode: str, options: TuneOptions, results: list[ConfigResult], ranking: list[int],
+            evaluator: _Evaluator | None) -> tuple[ConfigResult | None, str]:
+    """The best config and why it won, in words that say whether that rests on measurement or the model."""
+    wrong = sum(1 for r in results if r.verified is False)
+    rejected = f"; {wrong} config(s) rejected for wrong output" if wrong else ""
+    pruned = sum(1 for r in results if r.entry.pruned)
+    if mode in ("gpu", "replay"):
+        timed = [r for r in results if r.measurement is not None and r.measurement.usable_us is not None]
+        if not timed:
+            return None, f"no config gave a verified time in {len(evaluator.found) if evaluator else 0} evaluations"
+        best = min(timed, key=lambda r: r.measured_us or math.inf)
+        return best, (f"fastest verified measured time ({best.measured_us:.4g} µs) of {len(timed)} timed in "
+                      f"{len(evaluator.found) if evaluator else 0} evaluations ({options.strategy} strategy); "
+                      f"the model ranked it #{best.rank} of {len(ranking)} launchable ({pruned} pruned){rejected}")
+    by_rank = sorted((r for r in results if r.rank is not None), key=lambda r: r.rank or 0)
+    if mode == "interpreter":
+        passed = [r for r in by_rank if r.verified]
+        if passed:
+            best = passed[0]
+            return best, (f"ranked #{best.rank} of {len(ranking)} launchable by the cost model (predicted "
+                          f"{best.entry.predicted_us:.4g} µs, modelled) and checked correct under the Triton "
+                          f"interpreter; {pruned} pruned statically{rejected}")
+        if by_rank and options.verify_top > 0:
+            return None, f"no checked config gave the reference's answer{rejected}"
+    best = by_rank[0]
+    return best, (f"ranked #1 of {len(ranking)} launchable by the cost model (predicted {best.entry.predicted_us:.4g} "
+                  f"µs, modelled; not launched); {pruned} pruned statically")
