@@ -23,7 +23,7 @@ import pandas as pd
 
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.records import Evidence, Finding, Unavailable
-from iotrace.trace.reports.stall_reasons import canonical, reason
+from iotrace.trace.reports.stall_reasons import canonical, reason, reasons
 
 __all__ = ["FAMILIES", "STALL_COLUMNS", "StallFamily", "stall_findings", "stall_table"]
 
@@ -62,8 +62,10 @@ def _family_rows(view: MetricView, kernel_id: int, family: StallFamily) -> list[
         if match is None:
             continue
         raw = match.group(1)
-        # Sub-pipe breakdowns (…_long_scoreboard_pipe_l1tex) and not-issued twins repeat a reason's cycles.
-        if "_pipe_" in raw or raw.endswith("_not_issued"):
+        # Sub-pipe breakdowns (long_scoreboard_pipe_l1tex) and not-issued twins repeat a reason's cycles;
+        # math_pipe_throttle is a reason of its own ("math" is none).
+        base, sub_pipe, _ = raw.partition("_pipe_")
+        if (sub_pipe and base in reasons()) or raw.endswith("_not_issued"):
             continue
         key = canonical(raw)
         # .ratio and .sum of the latency family are the same reason; keep the first seen.
