@@ -36,7 +36,17 @@ from iotrace.kernels.attention_common import (
 from iotrace.kernels.backend import interpreting
 from iotrace.models import model
 from iotrace.plugins import hookimpl
-from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
+from iotrace.plugins.spec import (
+    DTYPE_BYTES,
+    DTYPE_PEAK,
+    Baselines,
+    Config,
+    Cost,
+    KernelSpec,
+    Shape,
+    Tolerance,
+    TritonUnit,
+)
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -252,6 +262,19 @@ class DecodeSpec(DecodeShapes):
                 "k_cache": torch.randn(*cache, generator=gen).to(device=device, dtype=t),
                 "v_cache": torch.randn(*cache, generator=gen).to(device=device, dtype=t),
                 "context_lens": torch.tensor(lens, dtype=torch.int32, device=device)}
+
+    def baselines(self, inputs: Mapping[str, torch.Tensor], shape: Shape, dtype: str) -> Baselines:
+        """torch SDPA over the whole cache (a ragged batch's padding included: SDPA has no per-sequence length), and
+        a copy of K and V: the bandwidth ceiling decode can reach."""
+        from torch.nn.functional import scaled_dot_product_attention
+
+        k, v = inputs["k_cache"], inputs["v_cache"]
+        q4 = inputs["q"][:, :, None, :]                       # (B, H, 1, d)
+        k4, v4 = k.transpose(1, 2), v.transpose(1, 2)          # (B, H_kv, T, d)
+        dst = torch.empty_like(k)
+        gqa = shape["heads"] != shape["kv_heads"]
+        return {"torch SDPA": lambda: scaled_dot_product_attention(q4, k4, v4, enable_gqa=gqa),
+                "copy of K and V": lambda: (dst.copy_(k), dst.copy_(v))}
 
     def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return decode_reference(inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["context_lens"])

@@ -35,7 +35,17 @@ from iotrace.kernels.attention_common import (
 from iotrace.kernels.backend import interpreting
 from iotrace.models import model
 from iotrace.plugins import hookimpl
-from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
+from iotrace.plugins.spec import (
+    DTYPE_BYTES,
+    DTYPE_PEAK,
+    Baselines,
+    Config,
+    Cost,
+    KernelSpec,
+    Shape,
+    Tolerance,
+    TritonUnit,
+)
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -220,6 +230,24 @@ class PrefillSpec(KernelSpec):
         return {"q": packed(shape["heads"]), "k": packed(shape["kv_heads"]), "v": packed(shape["kv_heads"]),
                 "cu_seqlens": _cu_seqlens(lens, device), "causal": torch.tensor(shape["causal"]),
                 "max_seqlen": torch.tensor(max(lens))}
+
+    def baselines(self, inputs: Mapping[str, torch.Tensor], shape: Shape, dtype: str) -> Baselines:
+        """torch SDPA with the flash backend on the same packed sequences viewed as (B, H, S, d); only for
+        equal-length batches (a ragged batch has no dense view)."""
+        if shape["varlen"]:
+            return {}
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.functional import scaled_dot_product_attention
+
+        b, s = shape["batch"], shape["seqlen"]
+        q, k, v = (inputs[n].view(b, s, -1, shape["head_dim"]).transpose(1, 2) for n in ("q", "k", "v"))
+        causal, gqa = bool(shape["causal"]), shape["heads"] != shape["kv_heads"]
+
+        def sdpa() -> object:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+        return {"torch SDPA (flash)": sdpa}
 
     def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         q = inputs["q"]

@@ -34,7 +34,7 @@ import triton.language as tl
 
 from iotrace.errors import InvalidValueError
 from iotrace.plugins import hookimpl
-from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
+from iotrace.plugins.spec import Baselines, Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -199,11 +199,12 @@ def verify(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Te
 
 def verify_reference(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
                      greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same rule in plain torch (vectorised over the batch): accepted counts and emitted tokens."""
+    """The same rule in plain torch (vectorised over the batch, in fp64, on the inputs' device): accepted counts
+    and emitted tokens."""
     batch, gamma = draft.shape
-    q, p, u = q.double().cpu(), p.double().cpu(), u.double().cpu()
-    draft, lens = draft.long().cpu(), lens.long().cpu()
-    rows = torch.arange(batch)
+    q, p, u = q.double(), p.double(), u.double()
+    draft, lens = draft.long(), lens.long()
+    rows = torch.arange(batch, device=p.device)
     still = torch.ones(batch, dtype=torch.bool)
     accepted = torch.zeros(batch, dtype=torch.long)
     for i in range(gamma):
@@ -221,7 +222,7 @@ def verify_reference(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p
     cdf = weight.cumsum(-1)
     target = u[:, gamma] * weight.sum(-1)
     hit = (cdf > target[:, None]) & (weight > 0)
-    last = torch.where(weight > 0, torch.arange(weight.shape[-1]), 0).max(-1).values
+    last = torch.where(weight > 0, torch.arange(weight.shape[-1], device=p.device), 0).max(-1).values
     token = torch.where(hit.any(-1), hit.int().argmax(-1), last)
     return accepted.int(), token.int()
 
@@ -301,6 +302,16 @@ class DraftVerifySpec(KernelSpec):
                 "u": u.to(**as_device), "greedy": torch.tensor(shape["greedy"]),
                 "logits": torch.tensor(shape["logits"])}
 
+    def baselines(self, inputs: Mapping[str, torch.Tensor], shape: Shape, dtype: str) -> Baselines:
+        """The same rule in eager torch on the device (fp64, vectorised over the batch), softmax first for logits."""
+        greedy, logits = bool(shape["greedy"]), bool(shape["logits"])
+
+        def eager() -> object:
+            p = torch.softmax(inputs["p"], -1) if logits else inputs["p"]
+            return verify_reference(inputs["draft"], inputs["lens"], inputs["q"], p, inputs["u"], greedy)
+
+        return {"eager torch": eager}
+
     def make_outputs(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         batch = inputs["draft"].shape[0]
         device = inputs["draft"].device
@@ -308,9 +319,9 @@ class DraftVerifySpec(KernelSpec):
                 "token": torch.empty(batch, dtype=torch.int32, device=device)}
 
     def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        p = torch.softmax(inputs["p"].double(), -1) if bool(inputs["logits"]) else inputs["p"]
-        accepted, token = verify_reference(inputs["draft"], inputs["lens"], inputs["q"], p, inputs["u"],
-                                           bool(inputs["greedy"]))
+        cpu = {name: x.cpu() for name, x in inputs.items()}
+        p = torch.softmax(cpu["p"].double(), -1) if bool(cpu["logits"]) else cpu["p"]
+        accepted, token = verify_reference(cpu["draft"], cpu["lens"], cpu["q"], p, cpu["u"], bool(cpu["greedy"]))
         return {"accepted": accepted, "token": token}
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,

@@ -28,7 +28,17 @@ from iotrace.errors import InvalidValueError
 from iotrace.kernels.backend import interpreting
 from iotrace.models import model
 from iotrace.plugins import hookimpl
-from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
+from iotrace.plugins.spec import (
+    DTYPE_BYTES,
+    DTYPE_PEAK,
+    Baselines,
+    Config,
+    Cost,
+    KernelSpec,
+    Shape,
+    Tolerance,
+    TritonUnit,
+)
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -227,6 +237,17 @@ class GemmSpec(KernelSpec):
         a, b = inputs["a"], inputs["b"]
         out = torch.bfloat16 if a.dtype == torch.float8_e4m3fn else a.dtype
         return {"c": torch.empty(a.shape[0], b.shape[1], dtype=out, device=a.device)}
+
+    def baselines(self, inputs: Mapping[str, torch.Tensor], shape: Shape, dtype: str) -> Baselines:
+        a, b, bias = inputs["a"], inputs["b"], inputs.get("bias")
+        if dtype == "fp8e4m3":  # torch.matmul has no fp8; _scaled_mm wants a column-major B and scales
+            b_cols = b.t().contiguous().t()
+            one = torch.ones((), device=a.device)
+            return {"torch._scaled_mm (cuBLASLt)": lambda: torch._scaled_mm(a, b_cols, one, one, bias=bias,
+                                                                            out_dtype=torch.bfloat16)}
+        if bias is not None:
+            return {"torch.addmm (cuBLAS)": lambda: torch.addmm(bias, a, b)}
+        return {"torch.matmul (cuBLAS)": lambda: torch.matmul(a, b)}
 
     def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         c = inputs["a"].float() @ inputs["b"].float()

@@ -57,7 +57,7 @@ from iotrace.kernels.attention_decode import (
 from iotrace.kernels.backend import interpreting
 from iotrace.models import model
 from iotrace.plugins import hookimpl
-from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Config, Cost, KernelSpec, Shape, TritonUnit
+from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Baselines, Config, Cost, KernelSpec, Shape, TritonUnit
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -421,6 +421,19 @@ class Int8DecodeSpec(DecodeShapes):
         if kept is not None:
             inputs["k_kept_channels"] = kept
         return {n: x.to(device) for n, x in inputs.items()}
+
+    def baselines(self, inputs: Mapping[str, torch.Tensor], shape: Shape, dtype: str) -> Baselines:
+        """The same split-KV decode over a 16-bit cache of the same shape (its default config on this GPU): the
+        speedup the int8 cache buys, whose ceiling is the ratio of bytes per token."""
+        from iotrace.cards import detect
+        from iotrace.kernels.attention_decode import DecodeSpec
+
+        spec = DecodeSpec()
+        plain = spec.check_shape({k: shape[k] for k in spec.shape_keys})
+        plain_inputs = spec.make_inputs(plain, dtype, str(inputs["q"].device), seed=0)
+        plain_outputs = spec.make_outputs(plain_inputs)
+        config = spec.default_config(plain, dtype, detect())
+        return {f"{dtype} cache decode": lambda: spec.launch(plain_inputs, plain_outputs, config)}
 
     def _dequantized(self, inputs: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
         """The (B, T, H_kv, d) cache the kernel sees, dequantised, in sequence order."""

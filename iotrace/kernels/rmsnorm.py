@@ -15,7 +15,7 @@ beside this file, one block per row, launched through CuPy).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -28,7 +28,17 @@ import triton.language as tl
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.models import model
 from iotrace.plugins import hookimpl
-from iotrace.plugins.spec import DTYPE_BYTES, Config, Cost, CudaUnit, KernelSpec, Shape, Tolerance, TritonUnit
+from iotrace.plugins.spec import (
+    DTYPE_BYTES,
+    Baselines,
+    Config,
+    Cost,
+    CudaUnit,
+    KernelSpec,
+    Shape,
+    Tolerance,
+    TritonUnit,
+)
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -201,6 +211,26 @@ class RMSNormSpec(KernelSpec):
         if "r" in inputs:
             out["s"] = torch.empty_like(inputs["x"])
         return out
+
+    def baselines(self, inputs: Mapping[str, torch.Tensor], shape: Shape, dtype: str) -> Baselines:
+        """Eager torch (the unfused add, then the norm in fp32), the same compiled by torch.compile (its first call
+        compiles, so time it after a warm-up), and a copy of x: the bandwidth ceiling a norm can reach."""
+        x, w, r = inputs["x"], inputs["w"], inputs.get("r")
+        copy_dst = torch.empty_like(x)
+
+        def eager() -> object:
+            summed = x + r if r is not None else x
+            variance = summed.float().pow(2).mean(-1, keepdim=True)
+            return (summed.float() * torch.rsqrt(variance + EPS) * w.float()).to(x.dtype)
+
+        compiled: list[Callable[[], object]] = []
+
+        def compiled_once() -> object:  # torch.compile imports dynamo (seconds): only when this baseline runs
+            if not compiled:
+                compiled.append(torch.compile(eager))
+            return compiled[0]()
+
+        return {"eager torch": eager, "torch.compile": compiled_once, "copy of x": lambda: copy_dst.copy_(x)}
 
     def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         x = inputs["x"]

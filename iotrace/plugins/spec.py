@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DTYPE_BYTES",
     "DTYPE_PEAK",
+    "Baselines",
     "Config",
     "Cost",
     "CudaUnit",
@@ -36,6 +37,8 @@ __all__ = [
 
 Shape = dict[str, int]
 Config = dict[str, Any]
+#: Same-run baselines of a kernel: a name -> a callable that does the comparable work (see KernelSpec.baselines).
+Baselines = dict[str, Callable[[], object]]
 
 #: Bytes per element of each dtype name a spec may support.
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8e4m3": 1, "int8": 1}
@@ -223,6 +226,12 @@ class KernelSpec(ABC):
     def output_tolerance(self, output: str, dtype: str) -> Tolerance:
         """The error allowed for one named output; by default :meth:`tolerance` for all of them."""
         return self.tolerance(dtype)
+
+    def baselines(self, inputs: Mapping[str, torch.Tensor], shape: Shape, dtype: str) -> Baselines:
+        """Same-run baselines for speed ratios: a name -> a callable doing the comparable work on the inputs' device
+        (cuBLAS, SDPA, eager torch, a copy of the bytes the kernel must move). Built once (allocations happen here),
+        then timed many times beside the kernel. None by default; only timed on a GPU."""
+        return {}
 
     def quality(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> dict[str, float]:
         """Figures of merit beyond pass/fail (e.g. a lossy kernel's error against the exact answer); none by default."""
