@@ -43,7 +43,7 @@ def _summary(console: Console, report: Report) -> None:
     # Widths that fit 100 columns with the kernel name taking what is left.
     for col, width in (("time", 8), ("occ th/ach", 10), ("limiter", 9), ("top stall", 19), ("bound", 7)):
         table.add_column(col, justify="right" if col in ("time", "occ th/ach") else "left", no_wrap=True,
-                         min_width=width, overflow="ellipsis")
+                         min_width=width, max_width=width + 3, overflow="ellipsis")
     for k in report.kernels:
         occ = k.occupancy
         shares = k.stall_shares()

@@ -123,7 +123,7 @@ def timeline(tables: TraceTables, top: int = 10) -> Timeline:
             latency = {"count": len(delta), "median": float(delta.median()), "p90": float(delta.quantile(0.9)),
                        "max": float(delta.max())}
     if latency is None:
-        missing.append(Unavailable("launch latency", "the launching API call's start per kernel",
+        missing.append(Unavailable("launch latency", "launch_ns (the launching API call's start, per kernel)",
                                    "nsys profile --trace=cuda (CUPTI_ACTIVITY_KIND_RUNTIME)",
                                    detail="this trace's tables keep no launch call times"))
     transfers = tables.transfers.dropna(subset=["duration_ns"])
