@@ -8,6 +8,7 @@ reports issue names (T4 matrix add, A10G SGEMM variants, GTX 1660 SUPER dot prod
 from __future__ import annotations
 
 import csv
+import os
 import re
 import time
 from functools import cache
@@ -359,3 +360,34 @@ def test_an_empty_selection_of_counters_gives_no_zero_stalls() -> None:
     report = build_report(_tables("plain"))
     assert report.kernels[0].stall_shares() == {}
     assert report.kernels[0].to_dict()["roofline"]["flops"] is None
+
+
+def test_every_corpus_file_renders_in_every_text_format(corpus: Path) -> None:
+    import json
+
+    from rich.console import Console
+
+    from iotrace.trace.render.html import report_html
+    from iotrace.trace.render.jsonout import dumps
+    from iotrace.trace.render.markdown import report_markdown
+    from iotrace.trace.render.terminal import print_report
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"JSON holds {constant}")
+
+    for path in sorted(p for d in ("ncu-rep", "ncu-csv", "nsys", "kineto") for p in (corpus / d).iterdir()
+                       if p.suffix not in (".nsys-rep", ".qdrep")):
+        report = build_report(load(path), top=20)
+        console = Console(width=100, record=True, color_system=None, file=open(os.devnull, "w"))  # noqa: SIM115
+        print_report(console, report)
+        text = console.export_text()
+        assert max(len(line) for line in text.splitlines()) <= 100, path.name
+        assert report_markdown(report).startswith("# iotrace report")
+        assert report_html(report).endswith("</html>\n")
+        data = json.loads(dumps(report.to_dict()), parse_constant=refuse)
+        assert len(data["kernels"]) == len(report.kernels), path.name
+        assert report.kernels or len(report.timeline.ranges) > 0, path.name  # nsys stats CSV: ranges only
+        # A missing value is null or absent, never a zero standing in for "not collected".
+        for kernel in data["kernels"]:
+            if kernel["roofline"]["flops"] is None:
+                assert kernel["roofline"]["bound"] is None or kernel["roofline"]["dram_bytes"] is not None

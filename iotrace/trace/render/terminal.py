@@ -146,7 +146,10 @@ def _timeline(console: Console, report: Report) -> None:
     for row in line.top_kernels.to_dict("records"):
         table.add_row(pct(row["share_pct"]), duration(row["total_ns"]), str(row["launches"]), duration(row["mean_ns"]),
                       escape(short(row["name"], 70)))
-    console.print(table)
+    if line.top_kernels.empty:
+        console.print("Timeline (measured)", style="bold")
+    else:
+        console.print(table)
     if len(line.ranges):
         table = _table("Time per NVTX range")
         for col, width in (("range", 20), ("count", 5), ("wall", 9), ("kernel time", 11)):
@@ -184,6 +187,8 @@ def print_report(console: Console, report: Report, details: int = DETAILS) -> No
     console.print()
     if report.kernels:
         _summary(console, report)
+    else:
+        console.print("  no kernels in this trace")
     for k in report.kernels[:details]:
         _kernel_detail(console, report, k)
     if len(report.kernels) > details:

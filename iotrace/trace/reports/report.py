@@ -218,7 +218,8 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
                                   "duration_ns": point.duration_ns, **vars(level), "bound": point.bound,
                                   "pct_of_attainable": point.pct_of_attainable})
     line = None
-    if tables.kernels["start_ns"].notna().any() and tables.kernels["end_ns"].notna().any():
+    timed = tables.kernels["start_ns"].notna().any() and tables.kernels["end_ns"].notna().any()
+    if timed or not tables.ranges.empty:
         line = timeline(tables)
         missing += line.unavailable
         findings += timeline_findings(line)
