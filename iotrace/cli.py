@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from iotrace.errors import InvalidValueError, IotraceError, KernelWrongError
+from iotrace.errors import InvalidValueError, IotraceError, KernelWrongError, SelfcheckFailedError
 
 __all__ = ["EXIT_USAGE", "build_parser", "main"]
 
@@ -205,6 +205,17 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--top", type=count, default=10, help="how many kernels to list (default 10)")
     _add_json(info)
     info.set_defaults(func=_cmd_info)
+
+    check = commands.add_parser("selfcheck", help="prove the kernels, tuner and profiler path on this GPU (or, with "
+                                                   "--cpu, the same steps at tiny sizes); writes results.md/json")
+    check.add_argument("out", type=Path, metavar="OUT", help="folder for results.md, results.json and the captures")
+    check.add_argument("--cpu", action="store_true", help="no GPU: interpreter backend, static tuning, no profilers")
+    check.add_argument("--quick", action="store_true", help="one preset per kernel and smaller ceiling probes")
+    _add_card(check, " (default: the local GPU; h100 with --cpu)")
+    check.add_argument("--budget", type=number, default=480.0, metavar="SECONDS",
+                       help="time budget; steps past it are recorded as not run (default 480)")
+    _add_json(check)
+    check.set_defaults(func=_cmd_selfcheck)
 
     # Commands whose flags live beside their implementation (each module: add_arguments(parser), main(args)).
     from iotrace.autotune import command as tune_command
@@ -495,6 +506,21 @@ def _cmd_info(args: argparse.Namespace) -> None:
         raise InvalidValueError(f"--top {args.top} is negative", "give 0 or more")
     info = summarise(load(args.trace), top=args.top)
     _emit(args, info, lambda: print(render_info(info)))
+
+
+def _cmd_selfcheck(args: argparse.Namespace) -> None:
+    if args.cpu:  # before any kernel module is imported: Triton reads it at decoration time
+        os.environ["TRITON_INTERPRET"] = "1"
+    from iotrace.console import print_selfcheck
+    from iotrace.selfcheck.run import selfcheck
+
+    console = _console()
+    result = selfcheck(args.out, cpu=args.cpu, quick=args.quick, card_name=args.card, budget_s=args.budget,
+                       progress=(lambda _: None) if args.json else lambda name: console.print(f"… {name}"))
+    _emit(args, result.to_dict(), lambda: print_selfcheck(console, result, args.out))
+    failed = [f"{step.name}: {step.reason}" for step in result.steps if step.status == "failed"]
+    if failed:
+        raise SelfcheckFailedError(f"the self-check failed: {'; '.join(failed)}", f"see {args.out / 'results.md'}")
 
 
 def _cmd_tour(args: argparse.Namespace) -> None:

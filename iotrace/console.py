@@ -175,3 +175,27 @@ def print_run(console: Console, result, card: Card) -> None:
                       f"{num(t.pct_of_roofline)} % of the roofline floor")
     for note in result.notes:
         console.print(f"  [dim]{escape(note)}[/dim]")
+
+
+def print_selfcheck(console: Console, result, out) -> None:
+    """The self-check's steps and, per kernel, the verdict and (on a GPU) the time and speedups."""
+    steps = Table(title=f"iotrace self-check ({result.mode}{', quick' if result.quick else ''}) on "
+                        f"{escape(str(result.environment.get('device') or result.environment['card_name']))}")
+    for column in ("step", "status", "s", "why"):
+        steps.add_column(column)
+    for number, step in enumerate(result.steps, 1):
+        steps.add_row(f"{number}. {escape(step.name)}", step.status, f"{step.seconds:.1f}", escape(step.reason))
+    console.print(steps)
+    rows = next((s.rows for s in result.steps if s.name.startswith("kernels")), [])
+    if rows:
+        table = Table(title="kernels")
+        for column in ("kernel", "preset", "correct", "µs", "TFLOP/s", "GB/s", "speedup vs baselines"):
+            table.add_column(column)
+        for row in rows:
+            speedups = ", ".join(f"{escape(name)} {b['speedup']}×" if "speedup" in b else f"{escape(name)}: error"
+                                 for name, b in row.get("baselines", {}).items())
+            table.add_row(escape(row["kernel"]), escape(str(row["preset"])), str(row["correct"]),
+                          *(num(row[k]) if row.get(k) is not None else "—" for k in ("us", "tflops", "gbps")),
+                          speedups or "—")
+        console.print(table)
+    console.print(f"results: {escape(str(out / 'results.md'))}, {escape(str(out / 'results.json'))}")

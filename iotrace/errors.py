@@ -59,3 +59,9 @@ class KernelWrongError(IotraceError):
     """A kernel whose output does not match its reference: a failed check, not a usage error (exit 1)."""
 
     exit_code = 1
+
+
+class SelfcheckFailedError(IotraceError):
+    """A self-check step failed (a wrong kernel, an occupancy mismatch): a finding, not a usage error (exit 1)."""
+
+    exit_code = 1

@@ -1,0 +1,48 @@
+"""The records a self-check writes: steps with their status and rows, and the whole run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: A step's outcome: it ran and everything held; it ran and something failed; it could not run here (why given).
+STATUSES = ("ok", "failed", "skipped")
+
+
+@dataclass
+class Step:
+    """One numbered step of the self-check: what it measured (rows of plain values), and its status."""
+
+    name: str
+    status: str = "ok"
+    reason: str = ""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def skip(self, reason: str) -> Step:
+        self.status, self.reason = "skipped", reason
+        return self
+
+    def fail(self, reason: str) -> Step:
+        self.status, self.reason = "failed", reason
+        return self
+
+
+@dataclass
+class SelfcheckResult:
+    """The whole run: where and how it ran, and its steps in order."""
+
+    mode: str                       # "gpu" or "cpu"
+    quick: bool
+    environment: dict[str, Any]
+    steps: list[Step]
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(step.status != "failed" for step in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "quick": self.quick, "ok": self.ok, "seconds": round(self.seconds, 1),
+                "environment": self.environment, "steps": [asdict(step) for step in self.steps]}

@@ -1,0 +1,76 @@
+"""The self-check's steps in order, under one time budget, with results written as Markdown and JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from iotrace.errors import InvalidValueError
+from iotrace.selfcheck.record import SelfcheckResult, Step
+
+#: The whole run fits one device call of at most 8 minutes (the GPU-validation issue's budget).
+DEFAULT_BUDGET_S = 480.0
+
+
+def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None,
+              budget_s: float = DEFAULT_BUDGET_S, progress: Callable[[str], None] = lambda _: None
+              ) -> SelfcheckResult:
+    """Run every step, writing ``results.json`` and ``results.md`` under ``out``; returns the result."""
+    from iotrace.cards import detect
+    from iotrace.kernels.backend import interpreting
+    from iotrace.plugins import kernels
+    from iotrace.selfcheck import ceilings, driver_occupancy, environment, kernel_checks
+
+    if budget_s <= 0:
+        raise InvalidValueError(f"--budget {budget_s:g} s leaves no time", "give a positive number of seconds")
+    gpu = not cpu
+    if gpu and interpreting():
+        raise InvalidValueError("no GPU is visible (torch.cuda sees none, or TRITON_INTERPRET=1 is set)",
+                                "run with --cpu for the CPU self-check, or on a machine with an NVIDIA GPU")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+
+    def out_of_time() -> bool:
+        return time.perf_counter() - started > budget_s
+
+    card = detect(card_name if card_name is not None else (None if gpu else "h100"))
+    specs = [spec for spec in kernels().values() if type(spec).__module__.startswith("iotrace.kernels.")]
+    steps: list[Step] = []
+
+    def timed(name: str, body: Callable[[Step], Step]) -> Step:
+        progress(name)
+        step = Step(name)
+        began = time.perf_counter()
+        if out_of_time():
+            step.skip("not run: the time budget ran out")
+        else:
+            try:
+                body(step)
+            except Exception as exc:  # a step that breaks is recorded as failed; the run goes on
+                step.fail(f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+        step.seconds = time.perf_counter() - began
+        steps.append(step)
+        return step
+
+    ceiling = timed("card ceilings (copy bandwidth, bf16 matmul)",
+                    (lambda s: ceilings.measure(s, quick)) if gpu else
+                    (lambda s: s.skip(f"no GPU: {card.name}'s CardBook figures stand in for measured ceilings")))
+    timed("kernels against their references and baselines",
+          lambda s: kernel_checks.check_kernels(s, specs, card, gpu, quick, ceiling.figures, out_of_time))
+    timed("occupancy: iotrace against the CUDA driver",
+          (lambda s: driver_occupancy.compare(s, specs)) if gpu else
+          (lambda s: s.skip("no GPU: the driver's cuOccupancyMaxActiveBlocksPerMultiprocessor needs one "
+                            "(the calculator is checked against NVIDIA's cuda_occupancy.h in the tests)")))
+    result = SelfcheckResult("gpu" if gpu else "cpu", quick, environment.collect(card, gpu), steps,
+                             time.perf_counter() - started)
+    write(result, out)
+    return result
+
+
+def write(result: SelfcheckResult, out: Path) -> None:
+    from iotrace.selfcheck.markdown import render
+
+    (out / "results.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    (out / "results.md").write_text(render(result))

@@ -1,0 +1,65 @@
+"""The GPU validation script runs end to end on CPU (`bench/gpu_check.py OUT --cpu --quick`): the results table
+has its steps, every built-in kernel is checked correct under the interpreter, and what needs a GPU says so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iotrace.plugins import kernels
+from tests.conftest import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = ["card ceilings (copy bandwidth, bf16 matmul)", "kernels against their references and baselines",
+         "occupancy: iotrace against the CUDA driver"]
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path_factory.mktemp("selfcheck")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), str(out), "--cpu", "--quick"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+    return done, out
+
+
+def test_cpu_selfcheck_checks_every_kernel(cpu_run) -> None:
+    done, out = cpu_run
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((out / "results.json").read_text())
+    assert (result["mode"], result["quick"], result["ok"]) == ("cpu", True, True)
+    assert [step["name"] for step in result["steps"]] == STEPS
+    assert [step["status"] for step in result["steps"]] == ["skipped", "ok", "skipped"]
+    rows = result["steps"][1]["rows"]
+    builtin = {name for name, spec in kernels().items() if type(spec).__module__.startswith("iotrace.kernels.")}
+    assert {row["kernel"] for row in rows} == builtin and len(rows) == len(builtin)
+    for row in rows:  # correct, interpreted (never timed on CPU), with compiled resources for the card
+        assert row["correct"] is True and row["mode"] == "interpreter" and "us" not in row, row
+        assert row["registers"] > 0 and 0 < row["occupancy_pct"] <= 100, row
+    int8 = next(row for row in rows if row["kernel"] == "attention-decode-int8")
+    assert int8["quality"]["cosine"] >= 0.9999  # the default key scheme holds the quality target
+    assert result["environment"]["card"] == "h100-sxm" and result["environment"]["gpu"] is False
+
+
+def test_cpu_selfcheck_writes_a_markdown_table(cpu_run) -> None:
+    _, out = cpu_run
+    text = (out / "results.md").read_text()
+    assert text.startswith("# iotrace self-check — NVIDIA H100") and "Overall: ok" in text
+    for number, name in enumerate(STEPS, 1):
+        assert f"## {number}. {name} —" in text
+    header = next(line for line in text.splitlines() if line.startswith("| kernel | preset |"))
+    assert "| correct |" in header
+    kernel_lines = [line for line in text.splitlines() if line.startswith("| attention-decode-int8 |")]
+    assert len(kernel_lines) == 1
+    correct = header.split(" | ").index("correct")
+    assert kernel_lines[0].split(" | ")[correct] == "True"
+
+
+def test_selfcheck_bad_input(tmp_path: Path) -> None:
+    done = run_cli("selfcheck", str(tmp_path), "--cpu", "--budget", "0")
+    assert done.returncode == 2 and "--budget 0 s leaves no time" in done.stderr
+    done = run_cli("selfcheck", str(tmp_path), env={"TRITON_INTERPRET": "1"})
+    assert done.returncode == 2 and "no GPU is visible" in done.stderr and "--cpu" in done.stderr
