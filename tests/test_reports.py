@@ -391,3 +391,16 @@ def test_every_corpus_file_renders_in_every_text_format(corpus: Path) -> None:
         for kernel in data["kernels"]:
             if kernel["roofline"]["flops"] is None:
                 assert kernel["roofline"]["bound"] is None or kernel["roofline"]["dram_bytes"] is not None
+
+
+def test_a_plugin_kernels_stall_finding_names_the_plugins_tuning_knobs() -> None:
+    tables = build(Path("plugin.json"), kernels=[{"id": 0, "name": "_gemm_kernel", "duration_ns": 1e5,
+                                                  "nvtx_path": "iotrace/gemm > config BLOCK_M=128"}],
+                   metrics=[{"kernel_id": 0, "metric": f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio",
+                             "unit": "", "value": v} for r, v in (("long_scoreboard", 20.0), ("selected", 1.0))],
+                   meta={"format": "test", "tool": "test"})
+    (kernel,) = build_report(tables).kernels
+    assert kernel.plugin == "gemm"
+    (finding,) = [f for f in kernel.findings if f.report == "warp stalls"]
+    assert finding.text.startswith("Long scoreboard dominates: 95%")
+    assert "In this iotrace kernel, tune num_stages" in finding.try_next

@@ -95,6 +95,9 @@ def test_png_and_svg_through_kaleido(corpus: Path, tmp_path: Path) -> None:
     svg = tmp_path / "t4.svg"
     assert run_cli("report", str(corpus / T4), "--format", "svg", "-o", str(svg)).returncode == 0
     assert "<svg" in svg.read_text()[:2000]
+    md = tmp_path / "t4.md"
+    assert run_cli("report", str(corpus / T4), "--format", "md", "-o", str(md), "--images").returncode == 0
+    assert "![roofline](t4-roofline.png)" in md.read_text() and (tmp_path / "t4-roofline.png").exists()
 
 
 def test_png_without_chromium_names_the_missing_piece(corpus: Path, tmp_path: Path) -> None:

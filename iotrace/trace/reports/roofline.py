@@ -19,7 +19,7 @@ duration, and labelled modelled; without a model it is reported as not available
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -233,76 +233,48 @@ def _pick(first: tuple[float, str] | None, second: tuple[float, str] | None) -> 
     return (None, "none: no card and no *.peak_sustained in the file") if chosen is None else chosen
 
 
-def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float | None, card: Card | None,
-                   ceilings: str = "auto", model: KernelModel | None = None,
-                   ) -> tuple[RooflinePoint | None, list[Unavailable]]:
-    """One kernel on the hierarchical roofline, or None with what is missing.
-
-    :param ceilings: ``auto`` (the file's own peaks where it has them, else the card's), ``file`` or ``card``.
-    """
-    seconds = duration_ns / 1e9 if duration_ns else None
-    missing: list[Unavailable] = []
-    by_precision, flops_source = flop_counts(view, kid, seconds)
-    levels: list[Level] = []
+def _measured_levels(view: MetricView, kid: int, seconds: float | None, card: Card | None,
+                     ceilings: str) -> list[Level]:
+    """Each level's bytes (first rule that the file supports) and ceiling (the file's own, else the card's)."""
+    levels = []
     for level, rules in BYTES_RULES.items():
-        value, source = None, ""
-        for label, read in rules:
-            value = read(view, kid, seconds)
-            if value is not None:
-                source = label
-                break
+        found = next(((label, value) for label, read in rules if (value := read(view, kid, seconds)) is not None),
+                     None)
+        if found is None:
+            continue
         file_bw = _file_bandwidth(view, kid, level) if ceilings != "card" else None
         card_bw = _card_bandwidth(card) if level == "dram" and ceilings != "file" else None
-        bw, bw_source = _pick(file_bw, card_bw)
-        if value is not None:
-            levels.append(Level(level, value, source, bw, bw_source))
-    have_counters = bool(by_precision) or bool(levels)
-    basis: Basis = "measured"
-    comparison = None
-    if model is not None:
-        measured_dram = next((lv.bytes for lv in levels if lv.level == "dram"), None)
-        measured_flops = sum(by_precision.values()) if by_precision else None
-        comparison = ModelComparison(
-            model.plugin, model.cost.formula, model.cost.flops, model.cost.bytes,
-            None if measured_dram is None or model.cost.bytes <= 0 else measured_dram / model.cost.bytes,
-            None if measured_flops is None or model.cost.flops <= 0 else measured_flops / model.cost.flops)
-    if not have_counters:
-        if model is None:
-            missing.append(Unavailable("roofline", "dram__bytes.sum", ROOFLINE_SECTION, kid,
-                                       "or name an iotrace kernel plugin and shape to place it modelled"))
-            return None, missing
-        basis = "modelled"
-        by_precision = {model.cost.peak: model.cost.flops}
-        flops_source = f"modelled: {model.plugin} cost ({model.cost.formula})"
-        card_bw = _card_bandwidth(card) if ceilings != "file" else None
-        levels = [Level("dram", model.cost.bytes, f"modelled: {model.plugin} cost", *_pick(card_bw, None))]
+        levels.append(Level(level, found[1], found[0], *_pick(file_bw, card_bw)))
+    return levels
+
+
+def _compare(model: KernelModel, by_precision: dict[str, float], levels: list[Level]) -> ModelComparison:
+    dram = next((lv.bytes for lv in levels if lv.level == "dram"), None)
     flops = sum(by_precision.values()) if by_precision else None
-    if flops is None:
-        missing.append(Unavailable("roofline FLOPs", "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
-                                   ROOFLINE_SECTION, kid))
-    for level in ("dram", "l2", "l1"):
-        if not any(lv.level == level for lv in levels) and basis == "measured":
-            section = ROOFLINE_SECTION if level == "dram" else HIERARCHICAL_SECTION
-            missing.append(Unavailable(f"roofline {level.upper()} level", LEVEL_METRIC[level], section, kid))
-    precision = max(by_precision, key=by_precision.__getitem__) if by_precision else None
-    if basis == "modelled" and model is not None:
+    cost = model.cost
+    return ModelComparison(model.plugin, cost.formula, cost.flops, cost.bytes,
+                           None if dram is None or cost.bytes <= 0 else dram / cost.bytes,
+                           None if flops is None or cost.flops <= 0 else flops / cost.flops)
+
+
+def _peak(view: MetricView, kid: int, precision: str | None, card: Card | None, ceilings: str,
+          model: KernelModel | None) -> tuple[float | None, str]:
+    if model is not None:  # modelled: the card's peak for the precision the plugin's cost names
+        key = model.cost.peak
         card_peak = None
-        if card is not None and model.cost.peak in card.peak_tflops and ceilings != "file":
-            card_peak = (card.peak_tflops[model.cost.peak] * 1e12,
-                         f"card {card.key}: {model.cost.peak} peak ({card.source(model.cost.peak)})")
-        peak, peak_source = _pick(card_peak, None)
-    elif precision is not None:
-        file_peak = _file_peak(view, kid, precision) if ceilings != "card" else None
-        card_peak = _card_peak(card, precision) if ceilings != "file" else None
-        peak, peak_source = _pick(file_peak, card_peak)
-    else:
-        peak, peak_source = None, "none: no FLOPs counted"
-    with_intensity = []
-    for lv in levels:
-        intensity = flops / lv.bytes if flops is not None and lv.bytes else None
-        with_intensity.append(Level(lv.level, lv.bytes, lv.bytes_source, lv.ceiling_bytes_per_s, lv.ceiling_source,
-                                    intensity))
-    dram = next((lv for lv in with_intensity if lv.level == "dram"), None)
+        if card is not None and key in card.peak_tflops and ceilings != "file":
+            card_peak = (card.peak_tflops[key] * 1e12, f"card {card.key}: {key} peak ({card.source(key)})")
+        return _pick(card_peak, None)
+    if precision is None:
+        return None, "none: no FLOPs counted"
+    file_peak = _file_peak(view, kid, precision) if ceilings != "card" else None
+    card_peak = _card_peak(card, precision) if ceilings != "file" else None
+    return _pick(file_peak, card_peak)
+
+
+def _judge(flops: float | None, dram: Level | None, peak: float | None, seconds: float | None,
+           ) -> tuple[float | None, float | None, float | None, float | None, str | None]:
+    """Identity 4 on the DRAM level: (ridge, achieved FLOP/s, attainable FLOP/s, % of attainable, bound)."""
     intensity = dram.intensity if dram is not None else None
     bw = dram.ceiling_bytes_per_s if dram is not None else None
     ridge = peak / bw if peak and bw else None
@@ -312,7 +284,7 @@ def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float |
     if achieved is not None and attainable:
         pct = 100.0 * achieved / attainable
     elif dram is not None and dram.bytes is not None and bw and seconds and not flops:
-        pct = 100.0 * dram.bytes / seconds / bw  # no FLOPs at all: a pure copy, judged by bandwidth alone
+        pct = 100.0 * dram.bytes / seconds / bw  # no FLOPs counted (or none done): judged by bandwidth alone
     bound = None
     if pct is not None:
         if pct < LATENCY_PCT:
@@ -321,15 +293,57 @@ def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float |
             bound = "memory"
         else:
             bound = "compute"
+    return ridge, achieved, attainable, pct, bound
+
+
+def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float | None, card: Card | None,
+                   ceilings: str = "auto", model: KernelModel | None = None,
+                   ) -> tuple[RooflinePoint | None, list[Unavailable]]:
+    """One kernel on the hierarchical roofline, or None with what is missing.
+
+    :param ceilings: ``auto`` (the file's own peaks where it has them, else the card's), ``file`` or ``card``.
+    :param model: the kernel's plugin cost: compared with the counters, or (without counters) the point itself.
+    """
+    seconds = duration_ns / 1e9 if duration_ns else None
+    missing: list[Unavailable] = []
+    by_precision, flops_source = flop_counts(view, kid, seconds)
+    levels = _measured_levels(view, kid, seconds, card, ceilings)
+    basis: Basis = "measured"
+    comparison = _compare(model, by_precision, levels) if model is not None else None
+    if not by_precision and not levels:
+        if model is None:
+            missing.append(Unavailable("roofline", "dram__bytes.sum", ROOFLINE_SECTION, kid,
+                                       "or name an iotrace kernel plugin and shape to place it modelled"))
+            return None, missing
+        basis = "modelled"
+        by_precision = {model.cost.peak: model.cost.flops}
+        flops_source = f"modelled: {model.plugin} cost ({model.cost.formula})"
+        card_bw = _card_bandwidth(card) if ceilings != "file" else None
+        levels = [Level("dram", model.cost.bytes, f"modelled: {model.plugin} cost", *_pick(card_bw, None))]
+    else:
+        if not by_precision:
+            missing.append(Unavailable("roofline FLOPs", "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+                                       ROOFLINE_SECTION, kid))
+        for level in ("dram", "l2", "l1"):
+            if not any(lv.level == level for lv in levels):
+                section = ROOFLINE_SECTION if level == "dram" else HIERARCHICAL_SECTION
+                missing.append(Unavailable(f"roofline {level.upper()} level", LEVEL_METRIC[level], section, kid))
     if duration_ns is None:
         missing.append(Unavailable("roofline", "gpu__time_duration.sum", "ncu --section SpeedOfLight", kid))
+    flops = sum(by_precision.values()) if by_precision else None
+    precision = max(by_precision, key=by_precision.__getitem__) if by_precision else None
+    peak, peak_source = _peak(view, kid, precision, card, ceilings, model if basis == "modelled" else None)
+    levels = [Level(lv.level, lv.bytes, lv.bytes_source, lv.ceiling_bytes_per_s, lv.ceiling_source,
+                    flops / lv.bytes if flops is not None and lv.bytes else None) for lv in levels]
+    dram = next((lv for lv in levels if lv.level == "dram"), None)
+    ridge, achieved, attainable, pct, bound = _judge(flops, dram, peak, seconds)
     sol = {name: value for name, value in (
         ("sm_throughput_pct", view.get(kid, "sm__throughput.avg.pct_of_peak_sustained_elapsed")),
         ("memory_throughput_pct", view.get(kid, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")),
     ) if value is not None}
     return RooflinePoint(kid, kernel, basis, duration_ns, flops, by_precision, flops_source, precision,
-                         tuple(with_intensity), peak, peak_source, intensity, ridge, achieved, attainable, pct, bound,
-                         comparison, sol), missing
+                         tuple(levels), peak, peak_source, None if dram is None else dram.intensity, ridge, achieved,
+                         attainable, pct, bound, comparison, sol), missing
 
 
 def roofline_findings(point: RooflinePoint) -> list[Finding]:
@@ -355,7 +369,9 @@ def roofline_findings(point: RooflinePoint) -> list[Finding]:
             try_next = "Use a faster pipe (tensor cores, lower precision) or remove redundant instructions."
         else:
             text = (f"Latency bound {label}: only {point.pct_of_attainable:.0f}% of the attainable "
-                    f"{'bandwidth' if not point.flops else 'FLOP/s'}; neither roof is near.")
+                    f"{'DRAM bandwidth' if not point.flops else 'FLOP/s'}; neither roof is near.")
+        if point.flops is None:
+            text += " (FLOPs were not counted: judged by DRAM bandwidth alone.)"
             try_next = ("Look at the warp stalls: keep more memory requests in flight, raise occupancy, or give "
                         "each thread more independent work.")
         out.append(Finding("roofline", text, tuple(evidence), try_next, point.basis, point.kernel_id, point.kernel,
@@ -380,6 +396,3 @@ def roofline_findings(point: RooflinePoint) -> list[Finding]:
 def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 
-
-def model_map(models: Mapping[int, KernelModel] | None, kid: int) -> KernelModel | None:
-    return None if models is None else models.get(kid)
