@@ -280,15 +280,18 @@ def _print_report(export: Path | None, tables: Any, names: list[str], plan: RunP
     if card.origin == "cardbook":
         argv += ["--card", card.key]
     errors = io.StringIO()
+    crash = ""
     try:
         with contextlib.redirect_stderr(errors):
             code = cli.main(argv)
     except SystemExit as exc:  # argparse refusing an option the report command does not (yet) take
         code = exc.code if isinstance(exc.code, int) else 2
+    except Exception as exc:  # a fault in the report must not hide a capture that is saved and sound
+        code, crash = 1, f"{type(exc).__name__}: {exc} (a bug in `iotrace report`)"
     if code == 0:
         return
     from iotrace.trace.info import render_info, summarise
 
-    reason = " ".join(errors.getvalue().split()) or f"exit {code}"
+    reason = crash or " ".join(errors.getvalue().split()) or f"exit {code}"
     print(f"report unavailable ({reason}); the export's summary instead:")
     print(render_info(summarise(tables)))
