@@ -149,6 +149,10 @@ def test_t4_matrix_add_is_memory_bound_with_long_scoreboard_dominant(corpus: Pat
                                                    abs=0.1)
     assert roof.level("dram").ceiling_source.startswith("file: dram__bytes.sum.peak_sustained")
     assert roof.level("l2").bytes == stored["lts__t_sectors.sum"] * 32
+    lsu = [f"l1tex__t_sectors_pipe_lsu_mem_{space}_op_{op}.sum" for space, ops in
+           (("global", ("ld", "st", "atom", "red")), ("local", ("ld", "st"))) for op in ops]
+    assert roof.level("l1").bytes == 32 * sum(stored[name] for name in lsu)
+    assert [lv.level for lv in roof.levels] == ["dram", "l2", "l1"]
     shares = kernel.stall_shares()
     assert next(iter(shares)) == "long_scoreboard" and shares["long_scoreboard"] > 0.5
     texts = [f.text for f in kernel.findings]

@@ -178,8 +178,22 @@ BYTES_RULES: dict[str, tuple[_BytesRule, ...]] = {
            (f"lts__t_sectors.sum × {SECTOR_BYTES}", _metric("lts__t_sectors.sum", SECTOR_BYTES)[1]),
            _rate("lts__t_sectors.sum.per_second", SECTOR_BYTES)),
     "l1": (_metric("l1tex__t_bytes.sum"), _rate("l1tex__t_bytes.sum.per_second"),
-           (f"l1tex__t_sectors.sum × {SECTOR_BYTES}", _metric("l1tex__t_sectors.sum", SECTOR_BYTES)[1])),
+           (f"l1tex__t_sectors.sum × {SECTOR_BYTES}", _metric("l1tex__t_sectors.sum", SECTOR_BYTES)[1]),
+           (f"l1tex__t_sectors_pipe_lsu_mem_{{global,local}}_op_* × {SECTOR_BYTES} (LSU only)",
+            lambda v, k, s: _lsu_sectors(v, k))),
 }
+
+
+def _lsu_sectors(view: MetricView, kid: int) -> float | None:
+    """L1 bytes of the load/store unit's global and local accesses, from the MemoryWorkloadAnalysis tables'
+    per-operation sector counts (what a `--set full` report holds when it lacks l1tex__t_sectors.sum); texture and
+    surface traffic is left out, so this is a lower bound on the level's bytes."""
+    names = [f"l1tex__t_sectors_pipe_lsu_mem_{space}_op_{op}.sum"
+             for space, ops in (("global", ("ld", "st", "atom", "red")), ("local", ("ld", "st"))) for op in ops]
+    values = [view.get(kid, n) for n in names]
+    if values[0] is None or values[1] is None:  # no global load and store counts: nothing to stand on
+        return None
+    return SECTOR_BYTES * sum(x for x in values if x is not None)
 #: The metric to name when a level is missing.
 LEVEL_METRIC = {"dram": "dram__bytes.sum", "l2": "lts__t_bytes.sum", "l1": "l1tex__t_bytes.sum"}
 # Per level: (peak per cycle, clock) for the file's own ceiling.
@@ -359,8 +373,9 @@ def roofline_findings(point: RooflinePoint) -> list[Finding]:
         for name, value in point.sol.items():
             evidence.append(Evidence(name, round(value, 1), "", "%"))
         if point.bound == "memory":
-            text = (f"Memory bound {label}: {point.pct_of_attainable:.0f}% of the DRAM roof at intensity "
-                    f"{_num(point.intensity)} FLOP/byte, left of the ridge ({_num(point.ridge)}).")
+            where = (f"at intensity {_num(point.intensity)} FLOP/byte, left of the ridge ({_num(point.ridge)})"
+                     if point.intensity is not None else "of bandwidth")
+            text = f"Memory bound {label}: {point.pct_of_attainable:.0f}% of the DRAM roof {where}."
             try_next = ("Move fewer bytes: fuse with neighbouring kernels, use narrower types, or reuse data from "
                         "shared memory/L2; more FLOP/s will not help.")
         elif point.bound == "compute":
@@ -370,10 +385,10 @@ def roofline_findings(point: RooflinePoint) -> list[Finding]:
         else:
             text = (f"Latency bound {label}: only {point.pct_of_attainable:.0f}% of the attainable "
                     f"{'DRAM bandwidth' if not point.flops else 'FLOP/s'}; neither roof is near.")
-        if point.flops is None:
-            text += " (FLOPs were not counted: judged by DRAM bandwidth alone.)"
             try_next = ("Look at the warp stalls: keep more memory requests in flight, raise occupancy, or give "
                         "each thread more independent work.")
+        if point.flops is None:
+            text += " FLOPs were not counted: judged by DRAM bandwidth alone."
         out.append(Finding("roofline", text, tuple(evidence), try_next, point.basis, point.kernel_id, point.kernel,
                            "info" if point.bound != "latency" else "warning"))
     model = point.model
