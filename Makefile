@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: tour test setup clean
+.PHONY: tour test setup notes clean
 
 tour: $(STAMP)
 	$(BIN)/iotrace tour
@@ -15,6 +15,10 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 setup: $(STAMP)
+
+# Rebuild every published note in notes/ (numbers, tables and figures), keeping the human annotations.
+notes: $(STAMP)
+	$(BIN)/iotrace notes rebuild
 
 # torch first, pinned to the CPU wheel these machines carry; the project's own range (>=2.4,<2.15) then
 # installs nothing more, and a GPU user's torch satisfies it too.

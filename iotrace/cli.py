@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from iotrace.errors import InvalidValueError, IotraceError, KernelWrongError, SelfcheckFailedError
+from iotrace.errors import (
+    InvalidValueError,
+    IotraceError,
+    KernelWrongError,
+    SelfcheckFailedError,
+    StaleNotesError,
+)
 
 __all__ = ["EXIT_USAGE", "build_parser", "main"]
 
@@ -216,6 +222,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="time budget; steps past it are recorded as not run (default 480)")
     _add_json(check)
     check.set_defaults(func=_cmd_selfcheck)
+
+    notes = commands.add_parser("notes", help="the published annotated-trace notes in notes/: rebuild them, or check "
+                                              "that none is stale")
+    notes_actions = notes.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    notes_actions.required = True
+    for action, text in (("rebuild", "rewrite the notes (and their images), keeping the human annotations"),
+                         ("check", "exit 1 when a note's numbers differ from what the code computes now")):
+        sub = notes_actions.add_parser(action, help=text)
+        sub.add_argument("names", nargs="*", metavar="NAME", help="only these notes (default: all)")
+        sub.add_argument("--dir", type=Path, default=Path("notes"), help="the notes folder (default notes/)")
+        if action == "rebuild":
+            sub.add_argument("--no-images", action="store_true", help="leave the PNG figures as they are")
+        _add_json(sub)
+        sub.set_defaults(func=_cmd_notes)
 
     # Commands whose flags live beside their implementation (each module: add_arguments(parser), main(args)).
     from iotrace.autotune import command as tune_command
@@ -521,6 +541,21 @@ def _cmd_selfcheck(args: argparse.Namespace) -> None:
     failed = [f"{step.name}: {step.reason}" for step in result.steps if step.status == "failed"]
     if failed:
         raise SelfcheckFailedError(f"the self-check failed: {'; '.join(failed)}", f"see {args.out / 'results.md'}")
+
+
+def _cmd_notes(args: argparse.Namespace) -> None:
+    from iotrace.notes import catalog
+
+    if args.action == "rebuild":
+        written = catalog.rebuild(args.dir, args.names, images=not args.no_images)
+        _emit(args, [str(p) for p in written], lambda: print("\n".join(f"wrote {p}" for p in written)))
+        return
+    found = catalog.stale(args.dir, args.names)
+    _emit(args, found, lambda: print("\n".join(f"stale: {name}: {why}" for name, why in found.items()) or
+                                     f"every note in {args.dir} matches the code"))
+    if found:
+        raise StaleNotesError(f"{len(found)} note(s) are stale: {', '.join(found)}",
+                              "run `iotrace notes rebuild` (or `make notes`) and commit the result")
 
 
 def _cmd_tour(args: argparse.Namespace) -> None:

@@ -12,8 +12,11 @@ __all__ = [
     "DataFileError",
     "InvalidValueError",
     "IotraceError",
+    "KernelWrongError",
     "NoGpuError",
     "PluginError",
+    "SelfcheckFailedError",
+    "StaleNotesError",
     "UnknownCardError",
     "UnknownComputeCapabilityError",
 ]
@@ -57,6 +60,12 @@ class PluginError(IotraceError):
 
 class KernelWrongError(IotraceError):
     """A kernel whose output does not match its reference: a failed check, not a usage error (exit 1)."""
+
+    exit_code = 1
+
+
+class StaleNotesError(IotraceError):
+    """Published notes that no longer match what the code computes: a finding for CI, not a usage error (exit 1)."""
 
     exit_code = 1
 
