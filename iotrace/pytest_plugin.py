@@ -1,4 +1,294 @@
 """pytest plugin (entry point ``pytest11``): pytest-benchmark regression gates for iotrace kernels.
 
-Loaded by every pytest run once iotrace is installed, so it imports nothing heavy at import time.
+The ``kernel_bench`` fixture wraps pytest-benchmark's ``benchmark`` fixture. It times an iotrace kernel on the GPU
+with CUDA events (L2 flushed before every round, as ``triton.testing.do_bench`` does; kernels under 50 µs replayed
+from a CUDA graph so launch overhead does not swamp them), after warm-up rounds, and hands each round's *GPU* time to
+pytest-benchmark, so its table, its saved JSON and ``--benchmark-compare-fail`` all work on GPU time. Each benchmark's
+``extra_info`` holds the card, config, shape, dtype, TFLOP/s, GB/s, % of the attainable roofline, intensity, median
+and coefficient of variation. Two gates come on top of ``--benchmark-compare-fail``:
+
+- ``--iotrace-roofline-floor 0.8`` fails a benchmark that reaches less than that fraction of its attainable roofline
+  on its card (identity 4, ``iotrace.runner``): a bar that holds across machines better than seconds do;
+- ``--iotrace-max-cv 0.05`` refuses to judge a noisy benchmark (rounds' standard deviation over their mean above the
+  threshold): it is reported as noisy and skipped, and left out of ``--benchmark-compare-fail``, instead of flapping.
+
+``kernel_bench.measure(fn, cost=..., card=...)`` times any callable with a declared :class:`~iotrace.plugins.spec.Cost`
+on the host clock, which is how the gates are tested without a GPU. On a machine without one, kernel benchmarks skip
+with the reason.
+
+Loaded by every pytest run once iotrace is installed, so it imports nothing heavy at import time: torch, Triton and
+the kernels are imported inside the fixture.
 """
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from iotrace.cards import Card
+    from iotrace.plugins.spec import Cost
+
+__all__ = ["BenchResult", "KernelBench", "kernel_bench"]
+
+#: Under this median a kernel is timed from a CUDA graph (the runner uses the same bar).
+GRAPH_BELOW_S = 50e-6
+#: Bytes zeroed before each round to push the kernel's data out of L2 (do_bench uses 256 MB).
+L2_FLUSH_BYTES = 256 * 2**20
+
+_NOISY = pytest.StashKey[dict[str, str]]()
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 10:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction above 0, e.g. 0.8")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("iotrace", "iotrace kernel benchmarks (regression gates on pytest-benchmark)")
+    group.addoption("--iotrace-roofline-floor", type=_fraction, default=None, metavar="FRACTION",
+                    help="fail a kernel benchmark reaching less than FRACTION of its attainable roofline on its card "
+                         "(e.g. 0.8); off by default")
+    group.addoption("--iotrace-max-cv", type=_fraction, default=0.05, metavar="CV",
+                    help="a benchmark whose rounds vary more than this coefficient of variation (stddev/mean) is "
+                         "reported as noisy and not judged by any gate (default 0.05)")
+    group.addoption("--iotrace-rounds", type=_count, default=20, metavar="N",
+                    help="timed rounds per kernel benchmark (default 20)")
+    group.addoption("--iotrace-warmup", type=_count, default=3, metavar="N",
+                    help="untimed warm-up rounds before them (default 3)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_NOISY] = {}
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    noisy = config.stash.get(_NOISY, {})
+    if noisy:
+        limit = config.getoption("iotrace_max_cv")
+        terminalreporter.write_sep("-", f"iotrace: {len(noisy)} benchmark(s) too noisy to judge "
+                                        f"(CV over --iotrace-max-cv {limit:.0%})")
+        for nodeid, why in noisy.items():
+            terminalreporter.write_line(f"NOISY {nodeid}: {why}")
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One benchmark's outcome: time statistics of the rounds, and what the median means on the card."""
+
+    median_s: float
+    mean_s: float
+    stddev_s: float
+    cv: float
+    rounds: int
+    tflops: float
+    gbps: float
+    pct_of_roofline: float
+    intensity: float | None
+    roofline_floor_s: float
+    bound: str
+    card: str
+    method: str
+    noisy: bool
+
+
+class _Clock:
+    """A clock that advances only by measured time: pytest-benchmark records ``clock()`` after minus before each
+    round, so advancing it by a round's CUDA-event time makes every statistic it keeps a statistic of GPU time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _host_timer(fn: Callable[[], Any]) -> tuple[Callable[[], float], str]:
+    def once() -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    return once, "host clock (time.perf_counter) around each call"
+
+
+def _gpu_timer(fn: Callable[[], Any]) -> tuple[Callable[[], float], str]:
+    """CUDA events around one call with L2 flushed first; for short kernels, a CUDA graph of many calls."""
+    import statistics
+
+    import torch
+
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def once() -> float:
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+
+    fn()  # compile and load before anything is timed
+    torch.cuda.synchronize()
+    estimate = statistics.median(once() for _ in range(5))
+    if estimate >= GRAPH_BELOW_S:
+        return once, "CUDA events per call, L2 flushed before each (median of rounds)"
+    calls = max(1, min(1000, int(1e-3 / max(estimate, 1e-7))))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm the side stream as torch's graph capture guide does
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+
+    def replay() -> float:
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3 / calls
+
+    return replay, f"CUDA graph of {calls} calls per round, CUDA events (L2 warm between calls)"
+
+
+class KernelBench:
+    """What the ``kernel_bench`` fixture returns: call it with a kernel name, or :meth:`measure` any callable."""
+
+    def __init__(self, benchmark: Any, request: pytest.FixtureRequest) -> None:
+        self.benchmark = benchmark
+        self.request = request
+        self.config = request.config
+
+    def __call__(self, kernel: str, *, shape: dict[str, int] | None = None, preset: str | None = None,
+                 dtype: str | None = None, config: dict[str, Any] | None = None, card: str | None = None,
+                 backend: str = "triton", seed: int = 0) -> BenchResult | None:
+        """Benchmark the iotrace kernel ``kernel`` on GPU 0 (skips with the reason where there is none)."""
+        _require_gpu()
+        from iotrace.cards import detect
+        from iotrace.plugins import kernel as find_kernel
+        from iotrace.runner import resolve_config
+
+        spec = find_kernel(kernel)
+        chosen = dict(spec.presets[preset]) if preset is not None else dict(shape or spec.default_shape)
+        chosen = spec.check_shape(chosen)
+        dtype = spec.check_dtype(dtype or spec.dtypes[0])
+        found = detect(card)
+        resolved = resolve_config(spec, chosen, dtype, found, backend, config)
+        inputs = spec.make_inputs(chosen, dtype, "cuda", seed)
+        outputs = spec.make_outputs(inputs)
+
+        def call() -> None:
+            spec.launch(inputs, outputs, resolved, backend)
+
+        timer, method = _gpu_timer(call)
+        return self._run(timer, method, spec.cost(chosen, dtype), found,
+                         {"kernel": spec.name, "shape": chosen, "dtype": dtype, "config": resolved, "backend": backend,
+                          "preset": preset})
+
+    def measure(self, fn: Callable[[], Any], *, cost: Cost, card: Card, rounds: int | None = None,
+                warmup: int | None = None, info: dict[str, Any] | None = None,
+                timer: Callable[[], float] | None = None, method: str | None = None) -> BenchResult | None:
+        """Time ``fn`` (host clock unless ``timer`` returns one call's seconds) and judge it against ``cost`` on
+        ``card``, exactly as a kernel is judged. Returns None under ``--benchmark-disable``."""
+        if timer is None:
+            timer, method = _host_timer(fn)
+        return self._run(timer, method or "given timer", cost, card, dict(info or {}), rounds, warmup)
+
+    def _run(self, timer: Callable[[], float], method: str, cost: Cost, card: Card, info: dict[str, Any],
+             rounds: int | None = None, warmup: int | None = None) -> BenchResult | None:
+        from iotrace.runner import _roofline
+
+        rounds = rounds if rounds is not None else self.config.getoption("iotrace_rounds")
+        warmup = warmup if warmup is not None else self.config.getoption("iotrace_warmup")
+        clock = _Clock()
+
+        def round_() -> None:
+            clock.now += timer()
+
+        if self.benchmark.disabled:
+            round_()
+            return None
+        # pytest-benchmark 5.x reads its timer from this attribute for every round (fixture._make_runner).
+        self.benchmark._timer = clock
+        self.benchmark.pedantic(round_, rounds=max(1, rounds), warmup_rounds=warmup, iterations=1)
+        stats = self.benchmark.stats.stats
+        median, mean, stddev = stats.median, stats.mean, stats.stddev
+        cv = stddev / mean if mean > 0 else 0.0
+        roof = _roofline(cost, card)
+        floor_s = roof.floor_us * 1e-6
+        result = BenchResult(
+            median_s=median, mean_s=mean, stddev_s=stddev, cv=cv, rounds=len(stats.data),
+            tflops=cost.flops / median / 1e12 if median > 0 else 0.0,
+            gbps=cost.bytes / median / 1e9 if median > 0 else 0.0,
+            pct_of_roofline=100.0 * floor_s / median if median > 0 else 0.0,
+            intensity=cost.intensity if cost.bytes else None, roofline_floor_s=floor_s, bound=roof.bound,
+            card=card.key, method=method, noisy=cv > self.config.getoption("iotrace_max_cv"))
+        self.benchmark.extra_info.update({
+            **{key: value for key, value in info.items() if value is not None},
+            **asdict(result), "card_name": card.name, "flops": cost.flops, "bytes": cost.bytes, "peak": cost.peak,
+            "cost_formula": cost.formula, "kind": "measured (time); modelled (cost, roofline)"})
+        self._judge(result)
+        return result
+
+    def _judge(self, result: BenchResult) -> None:
+        node = self.request.node
+        if result.noisy:
+            limit = self.config.getoption("iotrace_max_cv")
+            why = (f"CV {result.cv:.1%} over {result.rounds} rounds > --iotrace-max-cv {limit:.0%} "
+                   f"(median {result.median_s * 1e6:.1f} µs): not judged")
+            self.config.stash[_NOISY][node.nodeid] = why
+            _leave_out_of_compare(self.config, node.nodeid)
+            pytest.skip(f"noisy: {why}")
+        floor = self.config.getoption("iotrace_roofline_floor")
+        if floor is not None and result.pct_of_roofline < 100.0 * floor:
+            pytest.fail(f"{node.name} reached {result.pct_of_roofline:.1f}% of its attainable roofline on "
+                        f"{result.card} ({result.median_s * 1e6:.1f} µs against a {result.roofline_floor_s * 1e6:.1f}"
+                        f" µs {result.bound}-bound floor), under --iotrace-roofline-floor {floor:.0%}", pytrace=False)
+
+
+def _leave_out_of_compare(config: pytest.Config, nodeid: str) -> None:
+    """Drop a benchmark from the runs pytest-benchmark compares against, so --benchmark-compare-fail skips it too."""
+    session = getattr(config, "_benchmarksession", None)
+    for benches in getattr(session, "compared_mapping", {}).values():
+        benches.pop(nodeid, None)
+
+
+def _require_gpu() -> None:
+    import torch
+
+    from iotrace.kernels.backend import interpreting
+
+    if not torch.cuda.is_available():
+        pytest.skip("kernel benchmarks need an NVIDIA GPU: torch.cuda sees none (bench/gpu_validate.sh runs them)")
+    if interpreting():
+        pytest.skip("kernel benchmarks need the GPU: TRITON_INTERPRET=1 runs kernels on the CPU interpreter")
+
+
+@pytest.fixture
+def kernel_bench(benchmark: Any, request: pytest.FixtureRequest) -> KernelBench:
+    """Benchmark an iotrace kernel with GPU-correct timing and the iotrace gates (see the module docstring)."""
+    return KernelBench(benchmark, request)
