@@ -60,6 +60,7 @@ def roofline_figure(report: Report) -> go.Figure:
                     name=f"{lv.level.upper()} roof {num(lv.ceiling_bytes_per_s)}B/s",
                     hovertext=html.escape(lv.ceiling_source), hoverinfo="text+name"))
         fig.add_hline(y=ref.peak_flop_per_s, line_dash="dot", line_color="black",
+                      annotation_position="bottom right",
                       annotation_text=html.escape(f"{ref.precision} peak {num(ref.peak_flop_per_s)}FLOP/s — "
                                                   f"{short(ref.peak_source, 70)}"))
     for level in ("dram", "l2", "l1"):
