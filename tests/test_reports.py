@@ -408,3 +408,16 @@ def test_a_plugin_kernels_stall_finding_names_the_plugins_tuning_knobs() -> None
     (finding,) = [f for f in kernel.findings if f.report == "warp stalls"]
     assert finding.text.startswith("Long scoreboard dominates: 95%")
     assert "In this iotrace kernel, tune num_stages" in finding.try_next
+
+
+def test_launch_latency_is_measured_once_the_tables_keep_the_launch_call(corpus: Path) -> None:
+    """The parsers do not keep the launching call's start yet; a ``launch_ns`` column is all the timeline needs."""
+    from iotrace.trace.reports.timeline import timeline
+
+    tables = load(corpus / NSYS)
+    assert timeline(tables).launch_latency is None
+    tables.kernels["launch_ns"] = tables.kernels["start_ns"] - 7_000  # every kernel starts 7 µs after its call
+    tables.kernels.loc[0, "launch_ns"] = tables.kernels.loc[0, "start_ns"] - 20_000
+    latency = timeline(tables).launch_latency
+    assert latency == {"count": len(tables.kernels), "median": 7_000.0,
+                       "p90": pytest.approx(7_000.0), "max": 20_000.0}
