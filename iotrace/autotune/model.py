@@ -14,10 +14,12 @@ Every term is modelled, never measured, and each is reported beside the predicti
   the SM's throughput. Waves (``blocks / (active blocks per SM · SMs)``) are reported beside it.
 * **Latency hiding** (Little's law, L = λW, Little 1961; for GPUs Volkov, "Understanding Latency Hiding on
   GPUs", PhD thesis, UC Berkeley 2016): to stream at bandwidth B across a latency W, ``B · W`` bytes must be in
-  flight. Each resident block holds at most its staged shared memory (a pipelined kernel's tiles in flight) or one
-  16-byte vector load per thread, whichever is more; the blocks resident at once (occupancy × SMs, capped by the
-  grid) give the bytes in flight. Compute needs at least one warp per scheduler (Volkov, "Better Performance at
-  Lower Occupancy", GTC 2010: instruction-level parallelism stands in for more warps).
+  flight. A resident block can have in flight at most what lands in its shared memory (a pipelined kernel's
+  staged tiles) plus what its registers can hold (threads x registers x 4 bytes), and never more than the block
+  moves in all (``bytes / blocks``); the blocks resident at once (occupancy x SMs, capped by the grid) give the
+  bytes in flight. An upper bound: Little's law then says whether even that is enough. Compute needs at least
+  one warp per scheduler (Volkov, "Better Performance at Lower Occupancy", GTC 2010: instruction-level
+  parallelism stands in for more warps).
 * **Operand reuse** (a hierarchical roofline, Yang et al., "Hierarchical Roofline Analysis", arXiv:2009.05257,
   at the shared-memory level): a tensor-core tile reads its operands from shared memory, and a warp computing a
   ``w_m x w_n`` piece of a ``BLOCK_M x BLOCK_N`` output tile reads ``(w_m + w_n) · BLOCK_K`` elements per
@@ -48,12 +50,11 @@ if TYPE_CHECKING:
     from iotrace.occupancy import OccupancyResult
     from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
 
-__all__ = ["BYTES_IN_FLIGHT_PER_THREAD", "DRAM_LATENCY_S", "LAUNCH_GAP_US", "SMEM_BYTES_PER_CLOCK", "Prediction",
+__all__ = ["BYTES_PER_REGISTER", "DRAM_LATENCY_S", "LAUNCH_GAP_US", "SMEM_BYTES_PER_CLOCK", "Prediction",
            "dot_tile", "predict", "tile_dims", "tile_efficiency"]
 
-#: The widest load one thread issues: 16 bytes (CUDA C++ Programming Guide, "Device Memory Accesses": global
-#: memory instructions read words of 1, 2, 4, 8 or 16 bytes).
-BYTES_IN_FLIGHT_PER_THREAD = 16
+#: A register holds 32 bits (CUDA C++ Programming Guide, "Hardware Multithreading": registers are 32-bit).
+BYTES_PER_REGISTER = 4
 
 #: DRAM load latency, a round figure: pointer-chasing microbenchmarks put global-memory misses at several hundred ns
 #: on recent NVIDIA parts (Jia et al., "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking",
@@ -141,7 +142,9 @@ def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: Occupan
     per_sm = blocks / sms
     sm_balance = per_sm / math.ceil(per_sm)
     resident_blocks = min(blocks, occ.active_blocks_per_sm * sms)
-    in_flight = resident_blocks * max(main.dynamic_smem, main.threads_per_block * BYTES_IN_FLIGHT_PER_THREAD)
+    per_block = min(cost.bytes / blocks,
+                    main.dynamic_smem + main.threads_per_block * max(main.registers, 1) * BYTES_PER_REGISTER)
+    in_flight = resident_blocks * per_block
     latency_hiding = min(1.0, in_flight / (bandwidth * DRAM_LATENCY_S))
     # Warps a scheduler can pick from on the busiest SM: the resident blocks there, at most the occupancy allows.
     warps_on_sm = min(occ.active_blocks_per_sm, math.ceil(per_sm)) * occ.warps_per_block

@@ -111,10 +111,11 @@ def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> 
     table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   show_edge=False, collapse_padding=True)
     columns = ["#", "config", "regs", "smem KB", "spill", "occ %", "limiter", "pred µs"]
-    columns += ["meas µs", "TFLOP/s", "% roof", "ok"] if timed else ["ok"]
+    checked = result.mode != "static"
+    columns += ["meas µs", "TFLOP/s", "% roof", "ok"] if timed else (["ok"] if checked else [])
     for name in columns:
-        table.add_column(name, justify="left" if name in ("config", "limiter") else "right",
-                         no_wrap=True)
+        table.add_column(name, justify="left" if name in ("config", "limiter") else "right", no_wrap=True,
+                         min_width=len(str(len(result.results))) if name == "#" else None)
     ranked = result.ranked()
     shown = [r for r in ranked if r.entry.pruned is None][:rows]
     skip = frozenset(constant)
@@ -126,7 +127,7 @@ def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> 
                  f"[yellow]{row.entry.spills}[/yellow]" if row.entry.spills else "0",
                  _num(occ.occupancy_pct, 3) if occ else "—",
                  ",".join(_LIMITERS.get(x, x) for x in occ.limiters) if occ else "—", _num(row.entry.predicted_us)]
-        cells += [*_measured_columns(result, row), verified] if timed else [verified]
+        cells += [*_measured_columns(result, row), verified] if timed else ([verified] if checked else [])
         table.add_row(*cells)
     console.print(table)
     pruned = [r for r in result.results if r.entry.pruned]

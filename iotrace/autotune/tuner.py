@@ -154,11 +154,11 @@ class TuneResult:
 
     def ranked(self) -> list[ConfigResult]:
         """Measured configs fastest first, then the rest by predicted time, then the pruned ones."""
-        def order(r: ConfigResult) -> tuple[int, float, int]:
+        def order(r: ConfigResult) -> tuple[int, float, int]:  # (group, time or rank, rank)
             if r.measured_us is not None and r.verified is not False:
                 return (0, r.measured_us, r.rank or 0)
             if r.rank is not None:
-                return (1, r.entry.predicted_us or math.inf, r.rank)
+                return (1, r.rank, 0)
             return (2, 0.0, 0)
         return sorted(self.results, key=order)
 

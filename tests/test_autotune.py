@@ -1,0 +1,195 @@
+"""The autotuner's static phase, verification, errors, JSON and export, with real cross-compiles on the CPU.
+
+Spaces are kept to a few configs: every compile is real (Triton's ptxas, in worker processes) and shares the
+session's compile cache (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from iotrace.autotune.export import ENV_TUNED, export_best, tuned_config
+from iotrace.autotune.space import EmptySpaceError, kernel_space, neighbours
+from iotrace.autotune.static import static_phase
+from iotrace.autotune.tuner import TuneOptions, UnsupportedDtypeError, tune
+from iotrace.cards import lookup
+from iotrace.cli import main as cli_main
+from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.kernels.gemm import GemmSpec
+from iotrace.occupancy import occupancy
+from iotrace.runner import resolve_config
+from tests.conftest import PLUGINS, run_cli
+
+GEMM = GemmSpec()
+SHAPE = GEMM.check_shape(GEMM.presets["square-4096"])
+PLUGIN_ENV = {"PYTHONPATH": str(PLUGINS), "IOTRACE_PLUGINS": "iotrace_tune_kernel"}
+JSON_KEYS = {"card", "kernel", "shape", "configs", "best"}
+CONFIG_KEYS = {"config", "registers", "shared_mem_bytes", "spills", "occupancy_pct", "limiters", "pruned",
+               "predicted_us", "measured_us", "verified"}
+
+
+def _gemm(bm: int, bn: int, bk: int, warps: int, stages: int) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps, "num_stages": stages,
+            "USE_TMA": False}
+
+
+# Operand tiles of (BM·BK + BK·BN)·2 B per buffer; Triton keeps num_stages buffers on sm_90 but num_stages - 1 on
+# sm_80 (its cp.async pipeline), which is why the compiled figure, not a formula, decides. 8-16 KB fits every card;
+# 144 KB (sm_80) or 192 KB (sm_90) fits both; 192 KB (sm_80) or 240 KB (sm_90) is over sm_80's 163 KB and sm_90's
+# 227 KB. Few and shared configs: each big tile takes seconds to compile on a 2-core machine.
+STRADDLE = [_gemm(64, 64, 32, 4, 2), _gemm(128, 256, 64, 8, 4), _gemm(128, 256, 64, 8, 5)]
+
+
+@pytest.mark.parametrize("card_name", ["a100", "h100"])
+def test_static_pruning_drops_exactly_the_configs_over_the_cards_limits(card_name: str) -> None:
+    card = lookup(card_name)
+    configs = [GEMM.check_config(c, SHAPE, "fp16", card) for c in STRADDLE]
+    phase = static_phase(GEMM, SHAPE, "fp16", card, configs)
+    limits = card.sm_limits
+    over = []
+    for i, entry in enumerate(phase.entries):
+        res = entry.main
+        assert res is not None and res.target == f"sm_{card.cc.replace('.', '')}", entry.pruned
+        # Independently: the occupancy calculator on the compiled resources, and the card's per-block limits.
+        occ = occupancy(limits, res.threads_per_block, res.registers, res.static_smem, res.dynamic_smem,
+                        barriers=res.barriers)
+        exceeds = (res.shared_mem_bytes > limits.smem_per_block_optin
+                   or res.registers * res.threads_per_block > limits.regs_per_block)
+        assert exceeds == (not occ.launchable), (i, res)
+        if exceeds:
+            over.append(i)
+        assert (entry.pruned is not None) == exceeds, (i, entry.pruned, res)
+        assert entry.prediction is None if exceeds else entry.prediction.time_us >= entry.prediction.roofline_us
+    assert over == [2]
+    assert "shared memory per block exceed" in phase.entries[2].pruned
+    stages = STRADDLE[1]["num_stages"]
+    buffers = stages if card.cc == "9.0" else stages - 1
+    assert phase.entries[1].main.shared_mem_bytes == buffers * (128 * 64 + 64 * 256) * 2
+
+
+def test_compile_cache_hit_on_a_second_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IOTRACE_CACHE_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    from iotrace_tune_kernel import DoubleSpec  # type: ignore[import-not-found]
+
+    spec, card = DoubleSpec(), lookup("rtx3090")
+    configs = spec.space({"n": 4099}, "fp32", card)[:4]
+    cold = static_phase(spec, {"n": 4099}, "fp32", card, configs, jobs=2)
+    start = time.perf_counter()
+    warm = static_phase(spec, {"n": 4099}, "fp32", card, configs, jobs=2)
+    warm_s = time.perf_counter() - start
+    assert cold.compiled_units == 4 and cold.workers_started >= 1
+    assert (warm.compiled_units, warm.cached_units, warm.workers_started) == (0, 4, 0)
+    assert [e.main for e in warm.entries] == [e.main for e in cold.entries]
+    assert warm_s * 8 <= cold.seconds, f"warm {warm_s:.3f} s against cold {cold.seconds:.3f} s"
+
+
+def test_a_wrong_config_is_rejected_by_verification(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(PLUGINS))  # compile workers import the plugin's module by name from sys.path
+    from iotrace_tune_kernel import WRONG, DoubleSpec  # type: ignore[import-not-found]
+
+    result = tune(DoubleSpec(), {"n": 20_011}, "fp32", lookup("h100"),
+                  TuneOptions(verify_top=13, use_cache=False, seed=7))
+    assert result.mode == "interpreter"
+    by_key = {json.dumps(r.config, sort_keys=True): r for r in result.results}
+    wrong = by_key[json.dumps(WRONG, sort_keys=True)]
+    assert wrong.verified is False and wrong.measurement.status == "wrong"
+    assert "wrong result" in wrong.measurement.note and "seed 7" in wrong.measurement.note
+    assert all(r.verified for r in result.results if r.config != WRONG)
+    assert result.best is not None and result.best.config != WRONG and result.best.verified
+    assert "1 config(s) rejected for wrong output" in result.why
+    assert all(r.measured_us is None for r in result.results), "interpreter timings are never reported"
+
+
+def test_tune_cli_json_has_exactly_the_issue_keys(tmp_path: Path) -> None:
+    out = run_cli("tune", "tune-double", "--card", "h100", "--shape", "n=20011", "--verify", "2", "--json",
+                  "--cache", str(tmp_path / "c.sqlite"), "-o", str(tmp_path / "chart.html"), env=PLUGIN_ENV)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) == JSON_KEYS and data["card"] == "h100-sxm" and data["kernel"] == "tune-double"
+    assert data["shape"] == {"n": 20011} and len(data["configs"]) == 13
+    for row in data["configs"]:
+        assert set(row) == CONFIG_KEYS
+        assert row["measured_us"] is None and row["pruned"] is None and row["registers"] > 0
+    assert sum(1 for r in data["configs"] if r["verified"] is not None) >= 2
+    assert data["best"]["basis"] == "predicted" and data["best"]["verified"] is True
+    assert "plotly" in (tmp_path / "chart.html").read_text()[:100_000].lower()
+
+
+def test_static_tune_of_a_gemm_slice_ranks_and_prunes() -> None:
+    out = run_cli("tune", "gemm", "--card", "a100", "--preset", "square-4096", "--fix",
+                  "BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,num_warps=8", "--static", "--json", "--no-cache")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["configs"]
+    assert [r["config"]["num_stages"] for r in rows][-1] == 5 and len(rows) == 4  # stages 2..5, pruned last
+    assert rows[-1]["pruned"].startswith("_gemm_kernel: 197632 bytes of shared memory per block exceed")
+    kept = [r["predicted_us"] for r in rows if not r["pruned"]]
+    assert len(kept) == 3 and kept == sorted(kept, key=lambda t: float(f"{t:.3g}"))
+    assert all(r["verified"] is None for r in rows), "--static launches nothing"
+    assert json.loads(out.stdout)["best"]["config"] == rows[0]["config"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["gemm", "--card", "h100", "--fix", "BLOCK_M=48"], "--fix BLOCK_M=48 leaves no gemm config"),
+    (["gemm", "--card", "h100", "--budget", "0"], "a budget of 0 evaluations tunes nothing"),
+    (["gemm", "--card", "h100", "--strategy", "annealing"], "unknown strategy 'annealing'"),
+    (["gemm", "--card", "t4", "--dtype", "bf16"], "Tesla T4 (CC 7.5) has no bf16_tensor peak"),
+    (["gemm", "--card", "h100", "--replay", "/nonexistent/sweep.json"], "no sweep file /nonexistent/sweep.json"),
+    (["gemm", "--card", "mi300x"], "has no CUDA compute capability"),
+    (["gemm", "--card", "h100", "--record", "x.json"], "only GPU measurements are recorded"),
+    (["gemm", "--card", "h100", "--fix", "BLOCK_Q=1"], "gemm has no tuning parameter BLOCK_Q"),
+    (["gemm", "--card", "h100", "-o", "x.png"], "the tune chart is written as HTML"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    # The CLI's own entry point in-process (the subprocess path is exercised by the JSON tests above).
+    assert cli_main(["tune", *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and " — " in lines[0], lines
+
+
+def test_bad_input_raises_iotrace_errors_from_the_api() -> None:
+    card = lookup("h100")
+    with pytest.raises(InvalidValueError, match="unknown strategy"):
+        tune(GEMM, SHAPE, "fp16", card, TuneOptions(strategy="annealing"))
+    with pytest.raises(InvalidValueError, match="budget of 0"):
+        tune(GEMM, SHAPE, "fp16", card, TuneOptions(budget=0))
+    with pytest.raises(UnsupportedDtypeError, match="bf16"):
+        tune(GEMM, SHAPE, "bf16", lookup("v100-sxm2-32gb"), TuneOptions())
+
+    class Empty(GemmSpec):
+        def space(self, shape, dtype, card, backend="triton"):
+            return []
+
+    with pytest.raises(EmptySpaceError, match="offers no config"):
+        tune(Empty(), SHAPE, "fp16", card, TuneOptions(mode="static"))
+    assert issubclass(EmptySpaceError, IotraceError)
+
+
+def test_neighbours_move_one_parameter_one_step() -> None:
+    configs = kernel_space(GEMM, SHAPE, "fp16", lookup("a100"), fix={"BLOCK_K": 64, "num_stages": 3})
+    here = configs.index(_gemm(64, 64, 64, 4, 3))
+    moved = [{k: v for k, v in configs[i].items() if configs[here][k] != v} for i in neighbours(configs, here)]
+    assert sorted(moved, key=str) == sorted([{"BLOCK_M": 32}, {"BLOCK_M": 128}, {"BLOCK_N": 32}, {"BLOCK_N": 128},
+                                             {"num_warps": 8}], key=str)
+
+
+def test_exported_best_config_is_loaded_at_run_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    card = lookup("a100")
+    fix = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}  # STRADDLE[0]: compiled
+    result = tune(GEMM, SHAPE, "fp16", card, TuneOptions(mode="static", fix=fix))
+    best = tmp_path / "best.json"
+    entry = export_best(result, best)
+    assert entry["basis"] == "predicted" and entry["shape_bucket"] == SHAPE
+    export_best(result, best)  # the same key again replaces, not duplicates
+    assert len(json.loads(best.read_text())["entries"]) == 1
+    assert resolve_config(GEMM, SHAPE, "fp16", card, "triton") == GEMM.default_config(SHAPE, "fp16", card)
+    monkeypatch.setenv(ENV_TUNED, str(best))
+    # A shape in the same bucket (every size rounded up to a power of two) gets the tuned config.
+    near = {**SHAPE, "M": 4000}
+    assert resolve_config(GEMM, near, "fp16", card, "triton") == result.best.config
+    assert tuned_config(GEMM, near, "fp16", lookup("h100"), "triton") is None  # another card: the default
+    assert tuned_config(GEMM, {**SHAPE, "M": 8192}, "fp16", card, "triton") is None  # another bucket
