@@ -8,7 +8,7 @@ reports issue names (T4 matrix add, A10G SGEMM variants, GTX 1660 SUPER dot prod
 from __future__ import annotations
 
 import csv
-import os
+import io
 import re
 import time
 from functools import cache
@@ -382,7 +382,7 @@ def test_every_corpus_file_renders_in_every_text_format(corpus: Path) -> None:
     for path in sorted(p for d in ("ncu-rep", "ncu-csv", "nsys", "kineto") for p in (corpus / d).iterdir()
                        if p.suffix not in (".nsys-rep", ".qdrep")):
         report = build_report(load(path), top=20)
-        console = Console(width=100, record=True, color_system=None, file=open(os.devnull, "w"))  # noqa: SIM115
+        console = Console(width=100, record=True, color_system=None, file=io.StringIO())
         print_report(console, report)
         text = console.export_text()
         assert max(len(line) for line in text.splitlines()) <= 100, path.name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -97,13 +98,15 @@ def _terminal_text(draw: Any, to_file: bool) -> str | None:
 
     if not to_file:
         console = make_console()
-        if not console.is_terminal and "COLUMNS" not in __import__("os").environ:
+        if not console.is_terminal and "COLUMNS" not in os.environ:
             console.width = 100  # piped: the report's design width, not rich's 80-column fallback
         draw(console)
         return None
+    import io
+
     from rich.console import Console
 
-    console = Console(width=100, record=True, color_system=None, file=open(__import__("os").devnull, "w"))  # noqa: SIM115
+    console = Console(width=100, record=True, color_system=None, file=io.StringIO())
     draw(console)
     return console.export_text()
 
