@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from iotrace.cards import Card
     from iotrace.plugins.spec import Cost
 
-__all__ = ["BenchResult", "KernelBench", "kernel_bench"]
+__all__ = ["BenchResult", "KernelBench", "KernelCase", "kernel_bench"]
 
 #: Under this median a kernel is timed from a CUDA graph (the runner uses the same bar).
 GRAPH_BELOW_S = 50e-6
@@ -175,39 +175,83 @@ def _gpu_timer(fn: Callable[[], Any]) -> tuple[Callable[[], float], str]:
     return replay, f"CUDA graph of {calls} calls per round, CUDA events (L2 warm between calls)"
 
 
+@dataclass
+class KernelCase:
+    """One kernel ready to launch on the GPU: spec, resolved shape, dtype, config and card, and its tensors."""
+
+    spec: Any
+    shape: dict[str, int]
+    dtype: str
+    config: dict[str, Any]
+    backend: str
+    card: Card
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    preset: str | None = None
+
+    @property
+    def cost(self) -> Cost:
+        return self.spec.cost(self.shape, self.dtype)
+
+    def call(self) -> None:
+        """One launch, inside the kernel's NVTX range (``KernelSpec.launch``)."""
+        self.spec.launch(self.inputs, self.outputs, self.config, self.backend)
+
+    def info(self) -> dict[str, Any]:
+        import platform
+
+        import torch
+        import triton
+
+        return {"kernel": self.spec.name, "shape": self.shape, "dtype": self.dtype, "config": self.config,
+                "backend": self.backend, "preset": self.preset, "device": torch.cuda.get_device_name(0),
+                "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+                "python": platform.python_version()}
+
+
 class KernelBench:
-    """What the ``kernel_bench`` fixture returns: call it with a kernel name, or :meth:`measure` any callable."""
+    """What the ``kernel_bench`` fixture returns: call it with a kernel name (or a :meth:`case`), :meth:`time` a
+    baseline on the same GPU clock, or :meth:`measure` any callable with a declared cost."""
 
     def __init__(self, benchmark: Any, request: pytest.FixtureRequest) -> None:
         self.benchmark = benchmark
         self.request = request
         self.config = request.config
 
-    def __call__(self, kernel: str, *, shape: dict[str, int] | None = None, preset: str | None = None,
-                 dtype: str | None = None, config: dict[str, Any] | None = None, card: str | None = None,
-                 backend: str = "triton", seed: int = 0) -> BenchResult | None:
-        """Benchmark the iotrace kernel ``kernel`` on GPU 0 (skips with the reason where there is none)."""
+    def case(self, kernel: str, *, shape: dict[str, int] | None = None, preset: str | None = None,
+             dtype: str | None = None, config: dict[str, Any] | None = None, card: str | None = None,
+             backend: str = "triton", seed: int = 0) -> KernelCase:
+        """Resolve ``kernel`` on GPU 0 and make its inputs (skips with the reason where there is no GPU), so a test can
+        time baselines on the same tensors before benchmarking it."""
         _require_gpu()
         from iotrace.cards import detect
         from iotrace.plugins import kernel as find_kernel
         from iotrace.runner import resolve_config
 
         spec = find_kernel(kernel)
-        chosen = dict(spec.presets[preset]) if preset is not None else dict(shape or spec.default_shape)
-        chosen = spec.check_shape(chosen)
+        chosen = spec.check_shape(dict(spec.presets[preset]) if preset is not None else
+                                  dict(shape or spec.default_shape))
         dtype = spec.check_dtype(dtype or spec.dtypes[0])
         found = detect(card)
         resolved = resolve_config(spec, chosen, dtype, found, backend, config)
         inputs = spec.make_inputs(chosen, dtype, "cuda", seed)
-        outputs = spec.make_outputs(inputs)
+        return KernelCase(spec, chosen, dtype, resolved, backend, found, inputs, spec.make_outputs(inputs), preset)
 
-        def call() -> None:
-            spec.launch(inputs, outputs, resolved, backend)
+    def __call__(self, kernel: str | KernelCase, *, extra: dict[str, Any] | None = None,
+                 **case: Any) -> BenchResult | None:
+        """Benchmark an iotrace kernel (a name, with :meth:`case`'s keywords, or a prepared case) on GPU 0."""
+        made = kernel if isinstance(kernel, KernelCase) else self.case(kernel, **case)
+        timer, method = _gpu_timer(made.call)
+        return self._run(timer, method, made.cost, made.card, {**made.info(), **(extra or {})})
 
-        timer, method = _gpu_timer(call)
-        return self._run(timer, method, spec.cost(chosen, dtype), found,
-                         {"kernel": spec.name, "shape": chosen, "dtype": dtype, "config": resolved, "backend": backend,
-                          "preset": preset})
+    def time(self, fn: Callable[[], Any]) -> float:
+        """Median seconds of ``fn`` on the GPU, timed as a kernel is (for baselines; nothing is stored or judged)."""
+        import statistics
+
+        _require_gpu()
+        timer, _ = _gpu_timer(fn)
+        rounds = max(1, self.config.getoption("iotrace_rounds"))
+        return statistics.median(timer() for _ in range(rounds))
 
     def measure(self, fn: Callable[[], Any], *, cost: Cost, card: Card, rounds: int | None = None,
                 warmup: int | None = None, info: dict[str, Any] | None = None,

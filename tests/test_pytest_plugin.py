@@ -130,3 +130,23 @@ def test_the_plugin_imports_nothing_heavy() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).parent)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.gpu
+def test_a_kernel_benchmark_on_the_gpu_stores_gpu_time_and_its_roofline(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_gpu='''
+def test_rmsnorm(kernel_bench):
+    case = kernel_bench.case("rmsnorm", shape={"rows": 4096, "hidden": 4096, "residual": 0}, dtype="fp16")
+    baseline_s = kernel_bench.time(case.call)
+    result = kernel_bench(case, extra={"same_kernel_ms": baseline_s * 1e3})
+    assert 0 < result.pct_of_roofline <= 100 and result.rounds == 20
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--benchmark-json=out.json",
+                                           "--iotrace-max-cv=1")
+    result.assert_outcomes(passed=1)
+    [stored] = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
+    info = stored["extra_info"]
+    assert info["kernel"] == "rmsnorm" and info["device"] and info["torch"] and info["triton"]
+    assert "CUDA" in info["method"] and info["bound"] == "memory" and info["gbps"] > 0
+    # The stored statistics are GPU time: the same kernel timed the same way agrees within a factor of two.
+    assert 0.5 < stored["stats"]["median"] / (info["same_kernel_ms"] * 1e-3) < 2
