@@ -223,6 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(check)
     check.set_defaults(func=_cmd_selfcheck)
 
+    note = commands.add_parser("note", help="write an annotated-trace note (Markdown + figures) from a profiler export")
+    note.add_argument("trace", type=Path, metavar="TRACE", help="the export; its format is found from its content")
+    note.add_argument("--title", required=True, help="the note's title")
+    note.add_argument("-o", "--output", type=Path, required=True, metavar="NOTE.md",
+                      help="where to write it; figures go to img/ beside it; annotations already there are kept")
+    note.add_argument("--kernel", metavar="REGEX", help="only kernels whose name matches")
+    _add_card(note, " (default: the file's device)")
+    note.add_argument("--no-images", action="store_true", help="no PNG figures (they need kaleido and Chromium)")
+    note.set_defaults(func=_cmd_note)
+
     notes = commands.add_parser("notes", help="the published annotated-trace notes in notes/: rebuild them, or check "
                                               "that none is stale")
     notes_actions = notes.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
@@ -541,6 +551,22 @@ def _cmd_selfcheck(args: argparse.Namespace) -> None:
     failed = [f"{step.name}: {step.reason}" for step in result.steps if step.status == "failed"]
     if failed:
         raise SelfcheckFailedError(f"the self-check failed: {'; '.join(failed)}", f"see {args.out / 'results.md'}")
+
+
+def _cmd_note(args: argparse.Namespace) -> None:
+    from iotrace.notes import catalog, from_trace
+    from iotrace.notes.images import write_images
+
+    if args.output.suffix != ".md":
+        raise InvalidValueError(f"-o {args.output} is not a .md file", "name the note NAME.md")
+    note = from_trace.build(args.trace, name=args.output.stem, title=args.title, corpus=catalog.CORPUS,
+                            kernel=args.kernel, card=args.card, images=not args.no_images)
+    text = catalog.render_with_kept(note, args.output)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    written = write_images(note, args.output.parent / "img") if note.images else []
+    args.output.write_text(text)
+    for path in [*written, args.output]:
+        print(f"wrote {path}")
 
 
 def _cmd_notes(args: argparse.Namespace) -> None:

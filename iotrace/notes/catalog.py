@@ -36,11 +36,18 @@ class Published:
 def _decode_wall(corpus: Path) -> Note:
     from iotrace.notes import decode_wall
 
-    return decode_wall.build()
+    return decode_wall.build(corpus)
+
+
+def _warp_stalls(corpus: Path) -> Note:
+    from iotrace.notes import warp_stalls
+
+    return warp_stalls.build(corpus)
 
 
 PUBLISHED: dict[str, Published] = {
-    "decode-wall": Published("decode-wall", _decode_wall, needs_corpus=False),
+    "decode-wall": Published("decode-wall", _decode_wall, needs_corpus=True),
+    "warp-stalls": Published("warp-stalls", _warp_stalls, needs_corpus=True),
 }
 
 
@@ -56,7 +63,7 @@ def _commit() -> str:
 def generated_line() -> str:
     from iotrace import __version__
 
-    return f"iotrace {__version__} at commit {_commit()}"
+    return f"{__version__} at commit {_commit()}"
 
 
 def normalise(text: str) -> str:
