@@ -138,9 +138,10 @@ def test_counters_not_permitted_says_how_to_enable_them(standin) -> None:
     assert m["status"] == "failed" and "ERR_NVGPUCTRPERM" in m["error"]
 
 
-def test_a_failing_child_shows_its_stderr_tail(standin) -> None:
+@pytest.mark.parametrize("mode", ["child-fails", "child-fails-quietly"])
+def test_a_failing_child_shows_its_stderr_tail(standin, mode: str) -> None:
     run, bin_dir, out = standin
-    line = _one_line_error(run("--nsys", mode="child-fails"))
+    line = _one_line_error(run("--nsys", mode=mode))
     assert "the profiled run failed under nsys (exit 1)" in line
     assert re.search(r"(AssertionError|RuntimeError): .*(CUDA|GPU)", line), line
     assert "run the child alone" in line and "-m iotrace run gemm" in line

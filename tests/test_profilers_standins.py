@@ -13,7 +13,8 @@ real tool would write its own. ``$STANDIN_MODE`` picks the behaviour:
 - ``no-kernels``: ncu profiles nothing and writes no report, as real ncu does when its filter matches nothing.
 - ``counters``: ncu fails with ``ERR_NVGPUCTRPERM``.
 - ``child-fails``: the child runs with the interpreter off and no visible GPU, so it fails; its exit status and
-  stderr are passed on.
+  stderr are passed on. ``child-fails-quietly``: the same, but nsys exits 0 and only says so, as Nsight Systems can
+  ("The target application returned non-zero exit code 1").
 - ``slow``: hangs (in a grandchild process too) until killed.
 
 It holds no tests (its name keeps it among the profiler test files): ``tests/test_profilers.py`` imports
@@ -68,7 +69,7 @@ def check_child(child):
 def run_child(child):
     """Run the child argv as the real tool would (the interpreter stands in for the GPU), or fail it on purpose."""
     env = dict(os.environ)
-    if MODE == "child-fails":
+    if MODE.startswith("child-fails"):
         env.update(TRITON_INTERPRET="0", CUDA_VISIBLE_DEVICES="")
     elif os.environ.get("STANDIN_RUN_CHILD") == "1":
         env["TRITON_INTERPRET"] = "1"
@@ -78,7 +79,9 @@ def run_child(child):
     record(child_exit=done.returncode)
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
-    if done.returncode != 0:
+    if done.returncode != 0 and MODE == "child-fails-quietly":
+        print(f"The target application returned non-zero exit code {done.returncode}")
+    elif done.returncode != 0:
         sys.exit(done.returncode)
 
 

@@ -78,8 +78,8 @@ def capture(tool: Tool, paths: CapturePaths, child: Sequence[str], options: NcuO
             "(a line `options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d/, then reboot), or "
             "run ncu as root/administrator — https://developer.nvidia.com/ERR_NVGPUCTRPERM; or use --nsys or "
             "--cupti, which need no counters")
-    if done.returncode != 0:
-        raise ChildFailedError(f"the profiled run failed under ncu (exit {done.returncode}): "
+    if done.failed_status != 0:
+        raise ChildFailedError(f"the profiled run failed under ncu (exit {done.failed_status}): "
                                f"{tail(done.stderr or done.stdout)}",
                                f"the full output is in {paths.log}; run the child alone to see it: "
                                f"{' '.join(child)}")

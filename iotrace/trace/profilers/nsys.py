@@ -42,8 +42,8 @@ def capture(tool: Tool, paths: CapturePaths, child: Sequence[str], *, timeout_s:
     result.commands.append(argv)
     done = run_logged(argv, timeout_s=timeout_s, log=paths.log, what="nsys profile", env=env)
     result.seconds += done.seconds
-    if done.returncode != 0 or not report.is_file():
-        why = f"exit {done.returncode}" if done.returncode != 0 else f"exit 0 but no {report.name}"
+    if done.failed_status != 0 or not report.is_file():
+        why = f"exit {done.failed_status}" if done.failed_status != 0 else f"exit 0 but no {report.name}"
         raise ChildFailedError(f"the profiled run failed under nsys ({why}): {tail(done.stderr or done.stdout)}",
                                f"the full output is in {paths.log}; run the child alone to see it: "
                                f"{' '.join(child)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -14,6 +15,9 @@ from pathlib import Path
 from iotrace.trace.profilers.errors import ProfilerTimeoutError
 
 __all__ = ["Finished", "run_logged", "tail"]
+
+# Nsight Systems may exit 0 when the program it profiled failed, saying so instead (its wording since 2021.x).
+_APP_FAILED = re.compile(r"target application returned non-zero exit code (-?\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,15 @@ class Finished:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
+
+    @property
+    def failed_status(self) -> int:
+        """The exit status that says the run failed: the tool's own, else the one it reports for the program it ran
+        (0 when both succeeded)."""
+        if self.returncode != 0:
+            return self.returncode
+        match = _APP_FAILED.search(self.output)
+        return int(match.group(1)) if match else 0
 
 
 def tail(text: str, lines: int = 12, width: int = 2000) -> str:
