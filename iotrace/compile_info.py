@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -266,7 +267,7 @@ def _load_cached(key: str) -> Resources | None:
 def _store(key: str, resources: Resources) -> None:
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
-        tmp = cache_dir() / f".{key}.tmp"
+        tmp = cache_dir() / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"  # two writers never share one
         tmp.write_text(json.dumps(asdict(resources)))
         tmp.replace(cache_dir() / f"{key}.json")
     except OSError:
