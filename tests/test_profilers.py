@@ -197,6 +197,18 @@ def test_no_gpu_is_refused_before_the_tool_runs(standin, flag: str) -> None:
     assert not out.exists() and not [c for c in calls(bin_dir) if c["argv"] != ["--version"]]
 
 
+@pytest.mark.gpu
+def test_cupti_capture_on_the_gpu(tmp_path: Path) -> None:
+    result = run_cli("run", "rmsnorm", "--shape", "rows=1024,hidden=4096,residual=0", "--dtype", "fp16", "--seed", "3",
+                     "--cupti", "--launches", "5", "--out", str(tmp_path), "--json", env={"TRITON_INTERPRET": "0"})
+    assert result.returncode == 0, result.stderr
+    m = json.loads(result.stdout)
+    assert m["status"] == "ok" and m["tool"]["name"] == "cupti" and m["argv"]["child"] is None
+    assert m["kernels"]["in_range"] >= 5 and m["paths"]["export"].endswith(".kineto.json")
+    assert all("rmsnorm" in name for name in m["kernels"]["names"]), m["kernels"]["names"]
+    assert m["device"]["driver"] and m["versions"]["cuda"]
+
+
 def test_cupti_needs_a_gpu(tmp_path: Path) -> None:
     line = _one_line_error(run_cli("run", "gemm", *SHAPE, "--out", str(tmp_path), "--cupti"))
     assert "--cupti collects kernel activity from an NVIDIA GPU" in line and "torch.cuda sees no GPU" in line

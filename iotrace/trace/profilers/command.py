@@ -177,7 +177,8 @@ def main(args: argparse.Namespace, spec: Any, shape: dict, dtype: str, card: Any
         found = find_tool(tool_name)
         tool = found.to_dict()
     plan = RunPlan(spec.name, args.backend, dict(shape), dtype, dict(config),
-                   seed=args.seed if args.seed is not None else secrets.randbits(31), check=not args.no_check,
+                   seed=args.seed if args.seed is not None else secrets.randbits(31),
+                   check=not args.no_check and tool_name != "cupti",  # --cupti launches and captures; it checks nothing
                    card=args.card)
     options: dict[str, Any] = {"timeout_s": args.timeout or DEFAULT_TIMEOUT_S}
     ncu_options = None
