@@ -9,7 +9,8 @@ are judged by the same rules.
 Triton decides interpreter-or-compiler when a kernel module is imported, so Triton units compile in worker
 processes (``python -m iotrace.compile_info``) started fresh with the interpreter off, several at once. Plain
 subprocesses rather than multiprocessing: a user's script needs no ``__main__`` guard. Results are cached on disk by
-(kernel source, launch, target, compiler version) under ``$IOTRACE_CACHE_DIR`` (default ``~/.cache/iotrace``).
+(kernel source, launch, target, compiler version) under ``$IOTRACE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/iotrace``,
+that is ``~/.cache/iotrace``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from iotrace.plugins.spec import CudaUnit, TritonUnit
 from iotrace.sm_limits import parse_cc
 
 __all__ = ["CompileBatch", "CompileError", "Resources", "ToolMissingError", "cache_dir", "compile_each",
-           "compile_resources", "parse_ptxas_log"]
+           "compile_resources", "iotrace_cache_root", "parse_ptxas_log"]
 
 
 class CompileError(IotraceError):
@@ -101,8 +102,15 @@ def parse_ptxas_log(log: str) -> dict[str, int]:
             "stack_bytes": stack, "spill_stores": stores, "spill_loads": loads}
 
 
+def iotrace_cache_root() -> Path:
+    """``$IOTRACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/iotrace`` (XDG Base Directory spec: ``~/.cache`` when unset)."""
+    if os.environ.get("IOTRACE_CACHE_DIR"):
+        return Path(os.environ["IOTRACE_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "iotrace"
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("IOTRACE_CACHE_DIR", Path.home() / ".cache" / "iotrace")) / "compile"
+    return iotrace_cache_root() / "compile"
 
 
 def _cc_number(cc: str | tuple[int, int]) -> int:

@@ -1,7 +1,9 @@
 """``iotrace tour``: the main job on an embedded default, with no GPU needed.
 
 It walks a reader through the CardBook, the six identities on one named card with the numbers
-substituted, and one occupancy answer, all from data shipped with iotrace.
+substituted, one occupancy answer, all from data shipped with iotrace, and a static tune: a slice of the
+GEMM's space really compiled for the card's target, pruned, ranked by the cost model, its winner checked
+under the Triton interpreter.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from rich.console import Console
 from rich.rule import Rule
 
 from iotrace import derivations
-from iotrace.cards import card_book, lookup
+from iotrace.cards import Card, card_book, lookup
 from iotrace.console import print_cards, print_derivation, print_occupancy
+from iotrace.errors import IotraceError
 from iotrace.models import model
 from iotrace.occupancy import occupancy
 
@@ -22,6 +25,11 @@ __all__ = ["run_tour"]
 TOUR_PARAMS = 27e9
 TOUR_BITS = 4
 GEMM = 4096
+#: The tour's tune: six GEMM configs (128-row tiles, BLOCK_K 64, 4 warps; two tile widths by three pipeline depths)
+#: straddle the shared-memory limits of every CC from 8.0 on, so pruning shows; six compiles take seconds the first
+#: time and come from the compile cache after.
+TOUR_TUNE_FIX = {"BLOCK_M": 128, "BLOCK_N": (128, 256), "BLOCK_K": 64, "num_warps": 4, "num_stages": (3, 4, 5),
+                 "USE_TMA": False}
 
 
 def run_tour(console: Console, card_name: str) -> None:
@@ -61,5 +69,25 @@ def run_tour(console: Console, card_name: str) -> None:
         console.print(Rule(f"7. Occupancy is a resource limit: 256 threads, 64 registers, 32 KB shared memory, "
                            f"CC {card.cc}"))
         print_occupancy(console, occupancy(card.sm_limits, 256, 64, 32 * 1024))
+    console.print(Rule(f"8. Autotuning starts without a GPU: a {GEMM}³ fp16 GEMM slice compiled for {card.name} "
+                       "(`iotrace tune`)"))
+    tour_tune(console, card)
     console.print(Rule())
-    console.print("Next: `iotrace math --help`, `iotrace occupancy --help`, and the README.")
+    console.print("Next: `iotrace math --help`, `iotrace occupancy --help`, `iotrace tune --help`, and the README.")
+
+
+def tour_tune(console: Console, card: Card) -> None:
+    """A static tune of :data:`TOUR_TUNE_FIX` on ``card``, or one line saying why this card has none."""
+    from iotrace.autotune.render import BarProgress, print_tune
+    from iotrace.autotune.tuner import TuneOptions, tune
+    from iotrace.plugins import kernel
+
+    spec = kernel("gemm")
+    shape = spec.check_shape(spec.presets["square-4096"])
+    try:
+        result = tune(spec, shape, "fp16", card, TuneOptions(mode="interpreter", fix=TOUR_TUNE_FIX, verify_top=1),
+                      BarProgress(console) if console.is_terminal else None)
+    except IotraceError as exc:  # a card iotrace cannot compile for (no CUDA CC, no fp16 tensor cores): say so
+        console.print(f"No tune on {card.name}: {exc}")
+        return
+    print_tune(console, result)

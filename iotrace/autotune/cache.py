@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import sqlite3
 import time
 import uuid
@@ -54,9 +53,11 @@ CREATE TABLE IF NOT EXISTS results (
 
 
 def default_path() -> Path:
-    """``$XDG_CACHE_HOME/iotrace/tune.sqlite3`` (XDG Base Directory spec: ``~/.cache`` when unset)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "iotrace" / "tune.sqlite3"
+    """``$XDG_CACHE_HOME/iotrace/tune.sqlite3`` (``~/.cache`` when unset), beside the compile cache; both move to
+    ``$IOTRACE_CACHE_DIR`` when that is set (the test suite points it at a session folder)."""
+    from iotrace.compile_info import iotrace_cache_root
+
+    return iotrace_cache_root() / "tune.sqlite3"
 
 
 def kernel_source_hash(spec: KernelSpec) -> str:

@@ -46,7 +46,8 @@ def kernel_space(spec: KernelSpec, shape: Shape, dtype: str, card: Card, backend
     """The kernel's configs for this shape on ``card``, keeping only those that match every ``fix`` value.
 
     ``fix`` narrows a big space to a slice (``BLOCK_K=64,num_stages=3``): each key must be a tuning parameter and
-    each value one the space holds, or the message lists what it does hold.
+    each value one the space holds, or the message lists what it does hold. A list or tuple keeps any of its values
+    (``{"num_stages": (3, 4)}``).
     """
     configs = list(spec.space(shape, dtype, card, backend))
     if not configs:
@@ -59,8 +60,9 @@ def kernel_space(spec: KernelSpec, shape: Shape, dtype: str, card: Card, backend
             raise InvalidValueError(f"--fix {key}={value!r}: {spec.name} has no tuning parameter {key}",
                                     f"its parameters are {', '.join(params)}")
         switch = all(isinstance(v, bool) for v in held)
-        wanted = bool(value) if switch and value in (0, 1) else value
-        configs = [c for c in configs if c.get(key) == wanted and isinstance(c.get(key), bool) == switch]
+        wanted = [bool(v) if switch and v in (0, 1) else v for v in (value if isinstance(value, (list, tuple))
+                                                                      else [value])]
+        configs = [c for c in configs if c.get(key) in wanted and isinstance(c.get(key), bool) == switch]
         if not configs:
             raise EmptySpaceError(f"--fix {key}={value!r} leaves no {spec.name} config for {shape_text(shape)} on "
                                   f"{card.name}", f"{key} takes {', '.join(str(v) for v in held)} here")

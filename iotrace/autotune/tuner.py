@@ -62,7 +62,8 @@ class TuneOptions:
     mode: str | None = None
     #: Interpreter mode: how many of the best-ranked configs to check (more are checked if all of these fail).
     verify_top: int = DEFAULT_VERIFY_TOP
-    replay: Path | None = None
+    #: A recorded sweep (its path, or one already loaded) to answer measurements from.
+    replay: Path | Sweep | None = None
     record: Path | None = None
     #: The SQLite cache file (None: ``$XDG_CACHE_HOME/iotrace/tune.sqlite3``); ``use_cache=False`` skips it.
     cache: Path | None = None
@@ -295,7 +296,8 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
     options = options or TuneOptions()
     progress = progress or _NoProgress()
     start = time.perf_counter()
-    sweep = load_sweep(options.replay) if options.replay is not None else None
+    sweep = options.replay if isinstance(options.replay, Sweep) or options.replay is None else \
+        load_sweep(options.replay)
     if sweep is not None:
         shape, dtype, card = _replay_request(spec, sweep, shape, dtype, card, options)
     shape = check_request(spec, shape, dtype, card, options)
@@ -373,7 +375,7 @@ def _replay_request(spec: KernelSpec, sweep: Sweep, shape: Shape | None, dtype: 
         raise InvalidValueError(f"the sweep {options.replay} is of {sweep.kernel}, not {spec.name}",
                                 f"run `iotrace tune {sweep.kernel} --replay {options.replay}`")
     recorded = lookup(str(sweep.card.get("key", sweep.card.get("name", ""))))
-    for what, given, held in (("shape", shape, sweep.shape), ("dtype", dtype, sweep.dtype),
+    for what, given, held in (("shape", shape or None, sweep.shape), ("dtype", dtype or None, sweep.dtype),
                               ("card", card.key if card else None, recorded.key)):
         if given and given != held:
             raise InvalidValueError(f"--{what} {given} differs from the sweep's {held}",
@@ -396,7 +398,7 @@ def _evaluate(mode: str, options: TuneOptions, evaluator: _Evaluator, entries: l
             progress.stop()
         return
     space = SearchSpace([entries[i].config for i in ranking],
-                        [entries[i].predicted_us or math.inf for i in ranking])
+                        [entries[i].predicted_us or math.inf for i in ranking], options.budget)
     total = min(len(space), options.budget or len(space))
     progress.start(f"{mode}: {options.strategy} search over {len(space)} configs", total)
     try:

@@ -47,6 +47,8 @@ class SearchSpace:
 
     configs: list[Config]
     predicted_us: list[float]
+    #: The evaluation budget, when one was given: a strategy that would stop early may spend the rest usefully.
+    budget: int | None = None
     _neighbours: dict[int, list[int]] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:

@@ -1,5 +1,6 @@
 """Model-guided: measure the cost model's top-k, then hill-climb from the best measured config through its
-neighbours (one parameter one step away) until no neighbour is faster.
+neighbours (one parameter one step away) until no neighbour is faster. With no budget it stops there; with one,
+what is left goes to the remaining configs in the model's order (so a budget of the whole space is exhaustive).
 
 The model knows what it cannot see (L2 reuse, bank conflicts), so it is trusted for the shortlist only and the
 measurements decide the rest; the local search is a greedy first-improvement walk, as Kernel Tuner's
@@ -44,3 +45,6 @@ def search(space: SearchSpace, evaluate: Evaluator, rng: random.Random) -> None:
             if times[index] < times[best]:
                 best, improved = index, True
                 break
+    if space.budget is not None:
+        for index in space.by_prediction():
+            evaluate(index)  # a config measured already costs nothing; the evaluator stops at the budget
