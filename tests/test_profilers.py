@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -147,7 +148,8 @@ def test_a_failing_child_shows_its_stderr_tail(standin, mode: str) -> None:
     assert "run the child alone" in line and "-m iotrace run gemm" in line
     assert [c["child_exit"] for c in calls(bin_dir) if "child_exit" in c] == [1]
     m = _manifest(out)
-    assert m["status"] == "failed" and m["kernels"]["in_range"] is None
+    assert m["status"] == "failed" and m["kernels"]["in_range"] is None and "failed under nsys" in m["error"]
+    assert [cmd[1] for cmd in m["argv"]["profiler"]] == ["profile", "export"]  # what was to run, for a rerun by hand
     assert "Torch not compiled with CUDA enabled" in Path(m["paths"]["log"]).read_text() or \
         "CUDA" in Path(m["paths"]["log"]).read_text()
 
@@ -229,6 +231,14 @@ def test_two_profilers_at_once_are_refused() -> None:
 
 
 # --- the pieces, in process ---------------------------------------------------------------------------------------
+
+
+def test_the_cli_side_imports_nothing_heavy() -> None:
+    # iotrace.cli imports the command module to build its parser on every run, `iotrace cards` included.
+    code = ("import sys, iotrace.trace.profilers.command; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'triton', 'pandas', 'numpy', 'nvtx'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_ncu_filter_escapes_the_slash_in_the_range_name() -> None:

@@ -21,12 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from iotrace.errors import InvalidValueError, IotraceError, NoGpuError
-from iotrace.trace.nvtx_ranges import range_name
 from iotrace.trace.profilers.capture import Capture, CapturePaths
 from iotrace.trace.profilers.child import RunPlan, child_argv, mapping_text
 from iotrace.trace.profilers.errors import NoKernelsInRangeError
 from iotrace.trace.profilers.manifest import Manifest, device_info, git_info, utc_now, versions
 from iotrace.trace.profilers.ncu import CLOCK_CONTROLS, NcuOptions, nvtx_filter
+from iotrace.trace.profilers.tools import Tool
+
+# The CLI imports this module to build its parser on every run, so nothing here may import nvtx, numpy or pandas at
+# import time; iotrace.trace.nvtx_ranges (which imports nvtx, and with it numpy) is imported where a run needs it.
+
+
+def _range_name(kernel: str) -> str:
+    from iotrace.trace.nvtx_ranges import range_name as name
+
+    return name(kernel)
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_TIMEOUT_S", "TOOLS", "add_arguments", "main", "wanted"]
 
@@ -162,41 +171,53 @@ def _rerun(plan: RunPlan, tool: str, options: dict[str, Any]) -> str:
     return shlex.join(argv)
 
 
-def main(args: argparse.Namespace, spec: Any, shape: dict, dtype: str, card: Any, config: dict) -> None:
-    """Profile one run of ``spec`` and print what the capture holds. See the module docstring."""
-    tool_name = _check_options(args)
+def _tool(tool_name: str) -> tuple[Tool | None, dict[str, Any]]:
+    """Refuse early (no GPU, no tool) and describe the collector for the manifest."""
     if tool_name == "cupti":
         from iotrace.trace.profilers import cupti
 
         cupti.require_gpu()
-        tool: dict[str, Any] = cupti.collector()
-    else:
-        from iotrace.trace.profilers.tools import find_tool
+        return None, cupti.collector()
+    from iotrace.trace.profilers.tools import find_tool
 
-        _require_gpu_for(tool_name)
-        found = find_tool(tool_name)
-        tool = found.to_dict()
+    _require_gpu_for(tool_name)
+    found = find_tool(tool_name)
+    return found, found.to_dict()
+
+
+def _options(args: argparse.Namespace, spec: Any, plan: RunPlan, tool_name: str) -> tuple[dict[str, Any],
+                                                                                           NcuOptions | None]:
+    """The profiler options with their defaults filled in (for the manifest), and ncu's as one record."""
+    options: dict[str, Any] = {"timeout_s": args.timeout or DEFAULT_TIMEOUT_S}
+    if tool_name == "cupti":
+        options["launches"] = args.launches or DEFAULT_LAUNCHES
+    if tool_name != "ncu":
+        return options, None
+    # One call of the kernel may launch several Triton kernels (split-K, a reduction pass): profile them all.
+    launches = len(spec.compile_units(plan.shape, plan.dtype, plan.config, plan.backend))
+    ncu_options = NcuOptions(section_set=args.ncu_set or "full", clock_control=args.clock_control or "base",
+                             launch_count=args.launch_count or launches,
+                             nvtx_include=args.nvtx_include or nvtx_filter(spec.name))
+    options.update(ncu_set=ncu_options.section_set, clock_control=ncu_options.clock_control,
+                   launch_count=ncu_options.launch_count, nvtx_include=args.nvtx_include)
+    return options, ncu_options
+
+
+def main(args: argparse.Namespace, spec: Any, shape: dict, dtype: str, card: Any, config: dict) -> None:
+    """Profile one run of ``spec`` and print what the capture holds. See the module docstring."""
+    tool_name = _check_options(args)
+    found, tool = _tool(tool_name)
     plan = RunPlan(spec.name, args.backend, dict(shape), dtype, dict(config),
                    seed=args.seed if args.seed is not None else secrets.randbits(31),
                    check=not args.no_check and tool_name != "cupti",  # --cupti launches and captures; it checks nothing
                    card=args.card)
-    options: dict[str, Any] = {"timeout_s": args.timeout or DEFAULT_TIMEOUT_S}
-    ncu_options = None
-    if tool_name == "ncu":
-        ncu_options = NcuOptions(section_set=args.ncu_set or "full", clock_control=args.clock_control or "base",
-                                 launch_count=args.launch_count or len(spec.compile_units(shape, dtype, config,
-                                                                                          args.backend)),
-                                 nvtx_include=args.nvtx_include or nvtx_filter(spec.name))
-        options.update(ncu_set=ncu_options.section_set, clock_control=ncu_options.clock_control,
-                       launch_count=ncu_options.launch_count, nvtx_include=args.nvtx_include)
-    if tool_name == "cupti":
-        options["launches"] = args.launches or DEFAULT_LAUNCHES
+    options, ncu_options = _options(args, spec, plan, tool_name)
     started = utc_now()
     paths = _paths(args.out or DEFAULT_OUT, spec.name, tool_name, started.strftime("%Y%m%dT%H%M%SZ"))
     child = None if tool_name == "cupti" else child_argv(plan)
     manifest = Manifest(
         kernel=plan.kernel, backend=plan.backend, shape=plan.shape, dtype=plan.dtype, config=plan.config,
-        seed=plan.seed, check=plan.check, range=range_name(spec.name), tool=tool,
+        seed=plan.seed, check=plan.check, range=_range_name(spec.name), tool=tool,
         options={k: v for k, v in options.items() if v is not None},
         argv={"parent": list(sys.argv), "child": child, "profiler": [], "rerun": _rerun(plan, tool_name, options)},
         card={"key": card.key, "name": card.name, "cc": card.cc, "origin": card.origin, "given": args.card},
@@ -205,7 +226,7 @@ def main(args: argparse.Namespace, spec: Any, shape: dict, dtype: str, card: Any
                "log": None if tool_name == "cupti" else str(paths.log)},
         device=device_info(), versions=versions(), git=git_info())
     try:
-        capture = _collect(tool_name, spec, plan, paths, child, options, ncu_options, manifest)
+        capture = _collect(found, spec, plan, paths, child, options, ncu_options, manifest)
         tables, names = _load_in_range(capture, spec.name, tool_name, manifest)
         manifest.status = "ok"
     except IotraceError as exc:
@@ -224,32 +245,31 @@ def main(args: argparse.Namespace, spec: Any, shape: dict, dtype: str, card: Any
         _print_report(capture.export, tables, names, plan, card)
 
 
-def _collect(tool_name: str, spec: Any, plan: RunPlan, paths: CapturePaths, child: list[str] | None,
+def _collect(found: Tool | None, spec: Any, plan: RunPlan, paths: CapturePaths, child: list[str] | None,
              options: dict[str, Any], ncu_options: NcuOptions | None, manifest: Manifest) -> Capture:
-    from iotrace.trace.profilers.tools import find_tool
+    """Run the collector; the manifest gets the profiler commands and file paths before they run, so a failed
+    capture's manifest still says what was run and where its output went."""
+    timeout_s = options["timeout_s"]
+    if found is None:
+        from iotrace.trace.profilers import cupti
 
-    env = dict(os.environ)
-    try:
-        if tool_name == "cupti":
-            from iotrace.trace.profilers import cupti
+        manifest.paths["capture"] = manifest.paths["export"] = str(paths.with_suffix(".kineto.json"))
+        return cupti.capture(spec, plan, paths, launches=options["launches"])
+    if found.name == "nsys":
+        from iotrace.trace.profilers import nsys
 
-            capture = cupti.capture(spec, plan, paths, launches=options["launches"])
-        elif tool_name == "nsys":
-            from iotrace.trace.profilers import nsys
+        report, sqlite = paths.with_suffix(".nsys-rep"), paths.with_suffix(".sqlite")
+        manifest.argv["profiler"] = [nsys.profile_argv(found.path, paths.stem, child or []),
+                                     nsys.export_argv(found.path, report, sqlite)]
+        manifest.paths.update(capture=str(report), export=str(sqlite))
+        return nsys.capture(found, paths, child or [], timeout_s=timeout_s, env=dict(os.environ))
+    from iotrace.trace.profilers import ncu
 
-            capture = nsys.capture(find_tool("nsys"), paths, child or [], timeout_s=options["timeout_s"], env=env)
-        else:
-            from iotrace.trace.profilers import ncu
-
-            assert ncu_options is not None  # set by main for --ncu
-            capture = ncu.capture(find_tool("ncu"), paths, child or [], ncu_options, timeout_s=options["timeout_s"],
-                                  env=env)
-    finally:
-        manifest.paths["capture"] = str(paths.with_suffix({"nsys": ".nsys-rep", "ncu": ".ncu-rep",
-                                                           "cupti": ".kineto.json"}[tool_name]))
-    manifest.argv["profiler"] = capture.commands
-    manifest.paths["export"] = str(capture.export)
-    return capture
+    assert ncu_options is not None  # _options makes them for --ncu
+    report = paths.with_suffix(".ncu-rep")
+    manifest.argv["profiler"] = [ncu.profile_argv(found.path, str(paths.stem), child or [], ncu_options)]
+    manifest.paths.update(capture=str(report), export=str(report))
+    return ncu.capture(found, paths, child or [], ncu_options, timeout_s=timeout_s, env=dict(os.environ))
 
 
 def _load_in_range(capture: Capture, kernel: str, tool_name: str, manifest: Manifest) -> tuple[Any, list[str]]:
@@ -258,13 +278,13 @@ def _load_in_range(capture: Capture, kernel: str, tool_name: str, manifest: Mani
 
     assert capture.export is not None  # every collector sets it
     tables = load(capture.export)
-    inside = in_range(tables, range_name(kernel), filtered_by_tool=tool_name == "ncu")
+    inside = in_range(tables, _range_name(kernel), filtered_by_tool=tool_name == "ncu")
     names = sorted({str(n) for n in inside["name"]})
     manifest.kernels = {"in_range": len(inside), "total": len(tables.kernels), "names": names}
     if inside.empty:
         outside = len(tables.kernels)
         raise NoKernelsInRangeError(
-            f"{capture.export} holds no kernels launched inside the NVTX range {range_name(kernel)} "
+            f"{capture.export} holds no kernels launched inside the NVTX range {_range_name(kernel)} "
             f"({outside} kernel{'s' if outside != 1 else ''} outside it)",
             "check that the kernel launches through KernelSpec.launch, which opens the range, and that the "
             "profiler traced NVTX")

@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from iotrace.trace.nvtx_ranges import DOMAIN, range_name
 from iotrace.trace.profilers.capture import Capture, CapturePaths
 from iotrace.trace.profilers.errors import ChildFailedError, CountersNotPermittedError, NoKernelsInRangeError
 from iotrace.trace.profilers.process import run_logged, tail
@@ -46,6 +45,8 @@ def escape(name: str) -> str:
 
 def nvtx_filter(kernel: str) -> str:
     """The ``--nvtx-include`` filter for the push/pop range ``iotrace/<kernel>`` in the ``iotrace`` domain."""
+    from iotrace.trace.nvtx_ranges import DOMAIN, range_name  # imports nvtx (and numpy): only when a run needs it
+
     return f"{DOMAIN}@{escape(range_name(kernel))}/"
 
 
