@@ -102,6 +102,7 @@ def test_ncu_capture_filters_on_the_range_and_reports_stalls(standin) -> None:
     assert result.returncode == 0, result.stderr
     assert "2 kernels in iotrace/gemm (of 2)" in result.stdout
     assert "dot_prod_naive" in result.stdout
+    assert "GTX 1660" in result.stdout  # the report (or summary) reads the export's own device, not --card h100
 
     m = _manifest(out)
     assert m["status"] == "ok" and m["tool"]["name"] == "ncu" and m["tool"]["version"] == "2024.1.1.0"
@@ -297,14 +298,13 @@ def test_selection_keeps_only_kernels_in_the_range(corpus: Path) -> None:
 
 
 def test_report_failure_falls_back_to_the_summary(corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from iotrace.cards import lookup
     from iotrace.trace import load
     from iotrace.trace.profilers.child import RunPlan
     from iotrace.trace.profilers.command import _print_report
 
     tables = load(corpus / NCU_REP)
     plan = RunPlan("gemm", "triton", {"M": 64, "N": 64, "K": 64, "bias": 0}, "fp16", {}, seed=1)
-    _print_report(corpus / "no-such-export.ncu-rep", tables, ["dot_prod"], plan, lookup("h100"))
+    _print_report(corpus / "no-such-export.ncu-rep", tables, ["dot_prod"], plan)
     out = capsys.readouterr().out
     assert out.startswith("report unavailable (iotrace: error: ") and "does not exist" in out
     assert "2 kernels (2 launches)" in out and "dot_prod_naive" in out  # iotrace info's summary of the capture

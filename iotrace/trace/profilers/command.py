@@ -242,7 +242,7 @@ def main(args: argparse.Namespace, spec: Any, shape: dict, dtype: str, card: Any
           + f": {manifest.kernels['in_range']} kernels in {manifest.range} (of {manifest.kernels['total']})")
     print(f"manifest {paths.manifest}")
     if not args.no_report:
-        _print_report(capture.export, tables, names, plan, card)
+        _print_report(capture.export, tables, names, plan)
 
 
 def _collect(found: Tool | None, spec: Any, plan: RunPlan, paths: CapturePaths, child: list[str] | None,
@@ -291,15 +291,15 @@ def _load_in_range(capture: Capture, kernel: str, tool_name: str, manifest: Mani
     return tables, names
 
 
-def _print_report(export: Path | None, tables: Any, names: list[str], plan: RunPlan, card: Any) -> None:
+def _print_report(export: Path | None, tables: Any, names: list[str], plan: RunPlan) -> None:
     """``iotrace report`` on the kernels in the range; the ``iotrace info`` summary if the report fails."""
     from iotrace import cli
     from iotrace.trace.profilers.selection import name_regex
 
+    # No --card: the report takes ceilings from the device the export names, the GPU that actually ran the kernel
+    # (a --card given to `run` chose the config, and may name another card).
     argv = ["report", str(export), "--kernel", name_regex(names), "--plugin", plan.kernel,
             "--shape", mapping_text(plan.shape), "--dtype", plan.dtype]
-    if card.origin == "cardbook":
-        argv += ["--card", card.key]
     errors = io.StringIO()
     crash = ""
     try:
