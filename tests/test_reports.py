@@ -324,7 +324,17 @@ def test_timeline_of_an_nsys_trace_matches_its_tables(corpus: Path) -> None:
         assert row["total_ns"] == ranges[row["name"]]
     copy_ns = tables.transfers["duration_ns"].sum()
     assert line.memcpy["share"] == pytest.approx(copy_ns / (copy_ns + tables.kernels["duration_ns"].sum()))
-    assert any(u["report"] == "launch latency" for u in report.unavailable)  # the tables keep no call times
+    # Launch latency: kernel start minus the start of the runtime call with its correlation id, from the file.
+    import sqlite3
+
+    with sqlite3.connect(corpus / NSYS) as db:
+        gaps = sorted(k - r for k, r in db.execute(
+            "SELECT k.start, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = k.correlationId"))
+    assert line.launch_latency["count"] == len(gaps) == len(tables.kernels)
+    assert line.launch_latency["max"] == gaps[-1] and line.launch_latency["median"] == pytest.approx(
+        (gaps[len(gaps) // 2 - 1] + gaps[len(gaps) // 2]) / 2 if len(gaps) % 2 == 0 else gaps[len(gaps) // 2])
+    assert not any(u["report"] == "launch latency" for u in report.unavailable)
 
 
 def test_kernel_filter_and_bad_regex(corpus: Path) -> None:
@@ -411,10 +421,11 @@ def test_a_plugin_kernels_stall_finding_names_the_plugins_tuning_knobs() -> None
 
 
 def test_launch_latency_is_measured_once_the_tables_keep_the_launch_call(corpus: Path) -> None:
-    """The parsers do not keep the launching call's start yet; a ``launch_ns`` column is all the timeline needs."""
+    """A trace without the launching calls (``launch_ns`` missing) says so; with them, the latency is their gap."""
     from iotrace.trace.reports.timeline import timeline
 
     tables = load(corpus / NSYS)
+    tables.kernels["launch_ns"] = None
     assert timeline(tables).launch_latency is None
     tables.kernels["launch_ns"] = tables.kernels["start_ns"] - 7_000  # every kernel starts 7 µs after its call
     tables.kernels.loc[0, "launch_ns"] = tables.kernels.loc[0, "start_ns"] - 20_000

@@ -286,3 +286,25 @@ def test_nsys_rep_and_its_sqlite_agree(corpus: Path) -> None:
     sql = loaded(corpus, "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite")
     assert list(rep.kernels["name"]) == list(sql.kernels["name"])
     assert list(rep.kernels["duration_ns"]) == list(sql.kernels["duration_ns"])
+
+
+def test_launch_times_come_from_the_launching_call(corpus: Path) -> None:
+    """launch_ns is the start of the runtime call with the kernel's correlation id, read here straight from the
+    export's own tables (nsys SQLite, Kineto JSON), so the timeline's launch latency is the file's."""
+    path = corpus / "nsys" / "a100_sxm4_40gb_saxpy_mpi_nsys2022.2.sqlite"
+    with sqlite3.connect(path) as db:
+        want = dict(db.execute("SELECT k.correlationId, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
+                               "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId"))
+    kernels = load(path).kernels
+    assert len(want) == len(kernels) == 5
+    assert {int(c): int(t) for c, t in zip(kernels["correlation_id"], kernels["launch_ns"], strict=True)} == want
+    assert bool((kernels["start_ns"] > kernels["launch_ns"]).all())
+
+    path = corpus / "kineto" / "a100_pg509_triton_kernel_kineto.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    kernel = next(e for e in events if e.get("cat") == "kernel")
+    call = next(e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")  # Triton: cuLaunchKernel
+                and e["args"].get("correlation") == kernel["args"]["correlation"])
+    assert call["name"] == "cuLaunchKernel"
+    loaded = load(path).kernels
+    assert int(loaded["launch_ns"].iloc[0]) == round(call["ts"] * 1000)

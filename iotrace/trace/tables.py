@@ -36,7 +36,7 @@ KERNEL_COLUMNS: dict[str, str] = {
     "smem_bytes": "Int64", "local_mem_bytes_per_thread": "Int64",
     "blocks_per_sm": "float64", "warps_per_sm": "float64", "theoretical_occupancy_pct": "float64",
     "est_achieved_occupancy_pct": "float64", "achieved_occupancy_pct": "float64",
-    "nvtx_range_id": "Int64", "nvtx_path": "object",
+    "nvtx_range_id": "Int64", "nvtx_path": "object", "launch_ns": "Int64",
 }
 METRIC_COLUMNS: dict[str, str] = {"kernel_id": "int64", "metric": "object", "unit": "object", "value": "float64"}
 RANGE_COLUMNS: dict[str, str] = {

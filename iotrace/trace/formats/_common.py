@@ -37,6 +37,19 @@ def int_or_none(value: Any) -> int | None:
     return None
 
 
+def attach_launch_times(kernels: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
+    """Each kernel's ``launch_ns``: the start of the API call that launched it, matched by correlation id (missing
+    when the file holds no such call). Kernel start minus it is the launch latency the timeline report shows."""
+    if not len(kernels) or not len(calls) or "correlation_id" not in kernels:
+        return kernels
+    calls = calls.assign(correlation_id=pd.to_numeric(calls["correlation_id"], errors="coerce").astype("Int64"))
+    calls = calls.dropna(subset=["correlation_id"]).drop_duplicates("correlation_id", keep="last")
+    ids = pd.to_numeric(kernels["correlation_id"], errors="coerce").astype("Int64")
+    when = dict(zip(calls["correlation_id"], calls["time_ns"], strict=False))
+    launch = pd.array([when.get(i) if i is not pd.NA else None for i in ids], dtype="Int64")
+    return kernels.assign(launch_ns=launch)
+
+
 def attach_paths(kernels: pd.DataFrame, ranges: pd.DataFrame, calls: pd.DataFrame) -> tuple[pd.DataFrame,
                                                                                            pd.DataFrame]:
     """Nest ``ranges`` and give each kernel the path of ranges open when its launching call began.

@@ -29,7 +29,7 @@ from iotrace.trace.devices import vendor_of, with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
-from iotrace.trace.formats._common import attach_paths, int_or_none, us_to_ns
+from iotrace.trace.formats._common import attach_launch_times, attach_paths, int_or_none, us_to_ns
 from iotrace.trace.hookspecs import hookimpl
 from iotrace.trace.parser import Head, TraceParser, read_bytes
 from iotrace.trace.tables import TraceTables, build
@@ -264,10 +264,11 @@ def _read(path: Any, events: list[Any], doc: dict[str, Any], schema: str | None 
     range_frame = _timed(pd.DataFrame(ranges), range_ts)
     transfer_frame = _timed(pd.DataFrame(transfers), transfer_ts)
     notes = []
+    call_frame = pd.DataFrame(calls, columns=["correlation_id", "thread", "time_ns"])
+    call_frame["correlation_id"] = pd.to_numeric(call_frame["correlation_id"], errors="coerce")
+    call_frame["time_ns"] = us_to_ns(call_frame["time_ns"].tolist()) if len(call_frame) else []
+    kernel_frame = attach_launch_times(kernel_frame, call_frame)
     if len(range_frame) and len(kernel_frame) and "correlation_id" in kernel_frame:
-        call_frame = pd.DataFrame(calls, columns=["correlation_id", "thread", "time_ns"])
-        call_frame["correlation_id"] = pd.to_numeric(call_frame["correlation_id"], errors="coerce")
-        call_frame["time_ns"] = us_to_ns(call_frame["time_ns"].tolist()) if len(call_frame) else []
         join_ranges = range_frame.rename(columns={"thread": "tid"}).rename(columns={"key": "thread"})
         kernel_frame, nested = attach_paths(kernel_frame, join_ranges, call_frame)
         range_frame = nested.rename(columns={"thread": "key"}).rename(columns={"tid": "thread"})

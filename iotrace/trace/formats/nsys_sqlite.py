@@ -24,7 +24,7 @@ from iotrace.trace.devices import with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
-from iotrace.trace.formats._common import attach_paths
+from iotrace.trace.formats._common import attach_launch_times, attach_paths
 from iotrace.trace.hookspecs import hookimpl
 from iotrace.trace.parser import Head, TraceParser
 from iotrace.trace.tables import TraceTables, build
@@ -88,6 +88,7 @@ def read_database(db: sqlite3.Connection, path: Path) -> TraceTables:
     kernels = _kernels(db, tables, spec, strings, path)
     ranges, calls = _ranges(db, tables, spec, strings)
     kernels, ranges = attach_paths(kernels, ranges, calls)
+    kernels = attach_launch_times(kernels, calls)
     return build(path, kernels=kernels, ranges=ranges, devices=with_cards(_devices(db, tables, spec)),
                  transfers=_transfers(db, tables, strings), meta=meta)
 
@@ -171,7 +172,7 @@ def _ranges(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any],
         # globalTid packs pid and tid (Nsight Systems User Guide: GlobalId = ... pid << 24 | tid): keep both.
         tid = pd.to_numeric(events["globalTid"], errors="coerce")
         ranges["process"] = (tid // (1 << 24)) % (1 << 24)
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and len(ranges):
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and len(_columns(db, "CUPTI_ACTIVITY_KIND_RUNTIME")):
         calls = pd.read_sql_query("SELECT correlationId AS correlation_id, globalTid AS thread, start AS time_ns "
                                   "FROM CUPTI_ACTIVITY_KIND_RUNTIME", db)
     return ranges, calls
