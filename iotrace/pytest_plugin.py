@@ -42,6 +42,7 @@ GRAPH_BELOW_S = 50e-6
 L2_FLUSH_BYTES = 256 * 2**20
 
 _NOISY = pytest.StashKey[dict[str, str]]()
+_RESULTS = pytest.StashKey[dict[str, "tuple[BenchResult, str]"]]()
 
 
 def _fraction(text: str) -> float:
@@ -80,9 +81,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_NOISY] = {}
+    config.stash[_RESULTS] = {}
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    results = config.stash.get(_RESULTS, {})
+    if results:
+        terminalreporter.write_sep("-", "iotrace: median, spread and roofline of each benchmark")
+        for nodeid, (result, verdict) in results.items():
+            terminalreporter.write_line(
+                f"{verdict:<11} {nodeid}: median {result.median_s * 1e6:.1f} µs, CV {result.cv:.1%} over "
+                f"{result.rounds} rounds, {result.pct_of_roofline:.1f}% of the roofline on {result.card} "
+                f"({result.gbps:.1f} GB/s, {result.tflops:.2f} TFLOP/s)")
     noisy = config.stash.get(_NOISY, {})
     if noisy:
         limit = config.getoption("iotrace_max_cv")
@@ -304,6 +314,10 @@ class KernelBench:
 
     def _judge(self, result: BenchResult) -> None:
         node = self.request.node
+        floor = self.config.getoption("iotrace_roofline_floor")
+        under = floor is not None and result.pct_of_roofline < 100.0 * floor
+        verdict = "NOISY" if result.noisy else "UNDER-ROOF" if under else "ok"
+        self.config.stash[_RESULTS][node.nodeid] = (result, verdict)
         if result.noisy:
             limit = self.config.getoption("iotrace_max_cv")
             why = (f"CV {result.cv:.1%} over {result.rounds} rounds > --iotrace-max-cv {limit:.0%} "
@@ -311,8 +325,7 @@ class KernelBench:
             self.config.stash[_NOISY][node.nodeid] = why
             _leave_out_of_compare(self.config, node.nodeid)
             pytest.skip(f"noisy: {why}")
-        floor = self.config.getoption("iotrace_roofline_floor")
-        if floor is not None and result.pct_of_roofline < 100.0 * floor:
+        if under:
             pytest.fail(f"{node.name} reached {result.pct_of_roofline:.1f}% of its attainable roofline on "
                         f"{result.card} ({result.median_s * 1e6:.1f} µs against a {result.roofline_floor_s * 1e6:.1f}"
                         f" µs {result.bound}-bound floor), under --iotrace-roofline-floor {floor:.0%}", pytrace=False)

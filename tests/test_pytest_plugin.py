@@ -71,6 +71,9 @@ def test_extra_info_holds_the_card_cost_and_roofline(bench, pytester: pytest.Pyt
     assert stored["stats"]["rounds"] == info["rounds"] == 8
     assert info["cv"] == pytest.approx(stored["stats"]["stddev"] / stored["stats"]["mean"])
     assert info["noisy"] is False and "perf_counter" in info["method"]
+    result.stdout.fnmatch_lines(["*iotrace: median, spread and roofline of each benchmark*",
+                                 "ok * test_bench.py::test_copy: median 2*µs, CV *% over 8 rounds, *% of the roofline "
+                                 "on synthetic (*GB/s, 0.00 TFLOP/s)"])
 
 
 def test_a_run_slower_than_its_stored_baseline_fails_the_compare_gate(bench) -> None:
@@ -89,7 +92,7 @@ def test_a_run_under_the_roofline_floor_fails_the_roofline_gate(bench) -> None:
     low = bench("--iotrace-roofline-floor=0.8", "--iotrace-max-cv=10", nbytes=1e6)
     low.assert_outcomes(failed=1)
     low.stdout.fnmatch_lines(["*test_copy reached *% of its attainable roofline on synthetic*"
-                              "under --iotrace-roofline-floor 80%*"])
+                              "under --iotrace-roofline-floor 80%*", "UNDER-ROOF * test_bench.py::test_copy: *"])
     bench("--iotrace-roofline-floor=0.2", "--iotrace-max-cv=10", nbytes=1e6).assert_outcomes(passed=1)
     bench("--iotrace-max-cv=10", nbytes=1e6).assert_outcomes(passed=1)  # no floor given: reported, not gated
 
