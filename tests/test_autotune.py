@@ -193,3 +193,29 @@ def test_exported_best_config_is_loaded_at_run_time(tmp_path: Path, monkeypatch:
     assert resolve_config(GEMM, near, "fp16", card, "triton") == result.best.config
     assert tuned_config(GEMM, near, "fp16", lookup("h100"), "triton") is None  # another card: the default
     assert tuned_config(GEMM, {**SHAPE, "M": 8192}, "fp16", card, "triton") is None  # another bucket
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_wrong_config_is_never_timed_and_a_warm_retune_is_8x_faster(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from iotrace.cards import detect
+
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    from iotrace_tune_kernel import WRONG, DoubleSpec  # type: ignore[import-not-found]
+
+    options = TuneOptions(strategy="exhaustive", cache=tmp_path / "tune.sqlite3")
+    start = time.perf_counter()
+    cold = tune(DoubleSpec(), {"n": 1 << 22}, "fp32", detect(), options)
+    cold_s = time.perf_counter() - start
+    assert cold.mode == "gpu" and cold.measured == 13
+    for row in cold.results:
+        if row.config == WRONG:
+            assert row.verified is False and row.measured_us is None
+        else:
+            assert row.verified is True and row.measured_us > 0
+    assert cold.best is not None and cold.best.config != WRONG
+    start = time.perf_counter()
+    warm = tune(DoubleSpec(), {"n": 1 << 22}, "fp32", detect(), options)
+    warm_s = time.perf_counter() - start
+    assert warm.measured == 0 and warm.best.config == cold.best.config
+    assert warm_s * 8 <= cold_s, f"warm {warm_s:.2f} s against cold {cold_s:.2f} s"

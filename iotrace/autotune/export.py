@@ -65,13 +65,11 @@ def load_tuned(path: Path) -> list[dict[str, Any]]:
 def export_best(result: TuneResult, path: Path) -> dict[str, Any]:
     """Add (or replace) ``result``'s best config in the file at ``path``; returns the entry written."""
     from iotrace.autotune.fingerprint import triton_version
-    from iotrace.autotune.space import shape_bucket
-    from iotrace.plugins import kernel
 
     if result.best is None:
         raise InvalidValueError(f"nothing to export: {result.why}", "tune again with a larger budget or space")
     entry = {"kernel": result.kernel, "backend": result.backend, "dtype": result.dtype, "card": result.card.key,
-             "cc": result.card.cc, "shape_bucket": shape_bucket(kernel(result.kernel), result.shape),
+             "cc": result.card.cc, "shape_bucket": result.bucket,
              "shape": result.shape, "config": result.best.config, "basis": result.basis,
              "time_us": result.best.measured_us if result.basis == "measured" else result.best.entry.predicted_us,
              "why": result.why, "fingerprint": result.fingerprint.to_dict(), "triton": triton_version()}

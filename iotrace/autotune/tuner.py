@@ -146,6 +146,8 @@ class TuneResult:
     measured: int
     seconds: float
     cache_path: Path | None
+    #: The shape bucket the result stands for (every size rounded up to a power of two; see ``space.shape_bucket``).
+    bucket: Shape = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -331,7 +333,6 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
     finger = fingerprint(card, on_gpu)
     key = CacheKey(finger.text(), triton_version(), kernel_source_hash(spec), spec.name, options.backend, mode,
                    shape_text(shape_bucket(spec, shape)), dtype)
-    cache = TuneCache(options.cache) if options.use_cache and mode in ("gpu", "interpreter") else None
     backend: Backend | None = None
     if mode == "gpu":
         backend = GpuBackend(spec, shape, dtype, options.backend, options.seed)
@@ -340,6 +341,8 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
     elif mode == "replay":
         assert sweep is not None
         backend = ReplayBackend(sweep)
+    # Replayed answers are not measurements of this machine: they never enter the cache.
+    cache = TuneCache(options.cache) if options.use_cache and backend is not None and mode != "replay" else None
     evaluator = None
     try:
         if backend is not None:
@@ -357,7 +360,8 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
                      "interpreted speed says nothing about a GPU, so nothing here is a measured time.")
     result = TuneResult(spec.name, options.backend, dtype, shape, card, finger, mode, options.strategy, cost, results,
                         best, why, static, len(found), evaluator.measured if evaluator else 0,
-                        time.perf_counter() - start, cache.path if cache is not None else None, notes)
+                        time.perf_counter() - start, cache.path if cache is not None else None,
+                        shape_bucket(spec, shape), notes)
     if options.record is not None:
         import shlex
         import sys
