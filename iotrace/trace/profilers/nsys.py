@@ -42,6 +42,9 @@ def capture(tool: Tool, paths: CapturePaths, child: Sequence[str], *, timeout_s:
     result.commands.append(argv)
     done = run_logged(argv, timeout_s=timeout_s, log=paths.log, what="nsys profile", env=env)
     result.seconds += done.seconds
+    legacy = paths.with_suffix(".qdrep")  # Nsight Systems before 2021.4 named its reports .qdrep
+    if not report.is_file() and legacy.is_file():
+        report = result.capture = legacy
     if done.failed_status != 0 or not report.is_file():
         why = f"exit {done.failed_status}" if done.failed_status != 0 else f"exit 0 but no {report.name}"
         raise ChildFailedError(f"the profiled run failed under nsys ({why}): {tail(done.stderr or done.stdout)}",
