@@ -262,7 +262,10 @@ def _collect(found: Tool | None, spec: Any, plan: RunPlan, paths: CapturePaths, 
         manifest.argv["profiler"] = [nsys.profile_argv(found.path, paths.stem, child or []),
                                      nsys.export_argv(found.path, report, sqlite)]
         manifest.paths.update(capture=str(report), export=str(sqlite))
-        return nsys.capture(found, paths, child or [], timeout_s=timeout_s, env=dict(os.environ))
+        capture = nsys.capture(found, paths, child or [], timeout_s=timeout_s, env=dict(os.environ))
+        manifest.paths["capture"] = str(capture.capture)  # .qdrep from an older nsys
+        manifest.argv["profiler"] = capture.commands
+        return capture
     from iotrace.trace.profilers import ncu
 
     assert ncu_options is not None  # _options makes them for --ncu
