@@ -3,13 +3,11 @@
     .venv/bin/python bench/synth_sweeps.py            # writes bench/sweeps/*-synth.json (minutes: real compiles)
 
 Every config is really compiled for the card (registers, shared memory, spills, pruning are real), but the
-"measured" time is **synthesised**: the cost model's prediction times log-normal noise (sigma = 0.25, seeded), and the
-fastest config is marked as a wrong answer, so a strategy that trusts times without the check is caught. Each file
-says so in ``provenance.how``. Real sweeps replace these: on a GPU, run
-
-    iotrace tune gemm --preset square-4096 --strategy exhaustive --record bench/sweeps/gemm-h100-square-4096.json
-
-(bench/gpu_validate.sh records them), then point tests/test_autotune_strategies.py at them.
+"measured" time is **synthesised**: the cost model's prediction times log-normal noise (sigma = 0.25, seeded; a
+draw below the roofline floor is reflected above it, since no kernel beats its roofline), and the fastest config
+is marked as a wrong answer, so a strategy that trusts times without the check is caught. Each file says so in
+``provenance.how``. Real sweeps replace these: on a GPU, bench/record_sweeps.sh records them into bench/sweeps/,
+where tests/test_autotune_strategies.py and bench/strategy_replay.py pick them up.
 """
 
 from __future__ import annotations
@@ -52,6 +50,9 @@ def synthesise(name: str, dtype: str, preset: str, card_name: str, fix: dict) ->
         measured = None
         if entry.prediction is not None:
             measured = entry.prediction.time_us * math.exp(rng.gauss(0.0, SIGMA))
+            floor = entry.prediction.roofline_us
+            if measured < floor:  # no kernel beats its roofline: reflect the draw across the floor (in log space)
+                measured = floor * floor / measured
         rows.append(SweepRow(entry.config, entry.resources_dict(), measured, None if measured is None else True,
                              entry.pruned or ""))
     fastest = min((r for r in rows if r.measured_us is not None), key=lambda r: r.measured_us or math.inf)
@@ -59,8 +60,8 @@ def synthesise(name: str, dtype: str, preset: str, card_name: str, fix: dict) ->
                                          "synthesised wrong answer: the fastest config is marked wrong on purpose")
     fixed = ",".join(f"{k}={v}" for k, v in fix.items())
     how = (f"SYNTHESISED, not measured: real {card.name} cross-compiles (resources, pruning) with times = iotrace's "
-           f"cost model x exp(N(0, {SIGMA})) noise, seed {SEED}; the fastest row is marked wrong on purpose. A "
-           "stand-in for strategy tests until a GPU records the real sweep")
+           f"cost model x exp(N(0, {SIGMA})) noise (reflected above the roofline floor), seed {SEED}; the fastest "
+           "row is marked wrong on purpose. A stand-in for strategy tests until a GPU records the real sweep")
     command = f"python bench/synth_sweeps.py ({name} {dtype} {preset} {card_name}{' ' + fixed if fixed else ''})"
     sweep = Sweep(spec.name, "triton", dtype, shape, fingerprint(card, on_gpu=False).to_dict(),
                   {"how": how, "command": command, "iotrace": version("iotrace"), "triton": triton_version(),

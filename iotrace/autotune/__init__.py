@@ -7,7 +7,8 @@ Public surface (imported on first use, so ``import iotrace.autotune`` costs noth
 
 Modules: ``space`` (the configs), ``static`` (compile, occupancy, prune), ``model`` (predicted time), ``strategies``
 (exhaustive, random, model), ``backends`` (GPU, interpreter, replay), ``cache`` (SQLite), ``sweep`` and ``replay``
-(recorded sweeps), ``export`` (tuned configs kernels load at run time), ``tuner`` (the job), ``render``, ``command``.
+(recorded sweeps), ``export`` (tuned configs kernels load at run time), ``tuner`` (the job), ``result`` (its
+records), ``render``, ``command``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 __all__ = ["ConfigResult", "TuneOptions", "TuneResult", "curve", "export_best", "load_sweep", "tune", "tuned_config",
            "use_tuned"]
 
-_WHERE = {"ConfigResult": "tuner", "TuneOptions": "tuner", "TuneResult": "tuner", "tune": "tuner",
+_WHERE = {"ConfigResult": "result", "TuneOptions": "tuner", "TuneResult": "result", "tune": "tuner",
           "curve": "replay", "export_best": "export", "tuned_config": "export", "use_tuned": "export",
           "load_sweep": "sweep"}
 

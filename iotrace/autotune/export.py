@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from iotrace.errors import DataFileError, InvalidValueError
 
 if TYPE_CHECKING:
-    from iotrace.autotune.tuner import TuneResult
+    from iotrace.autotune.result import TuneResult
     from iotrace.cards import Card
     from iotrace.plugins.spec import Config, KernelSpec, Shape
 

@@ -22,7 +22,7 @@ from iotrace.errors import InvalidValueError
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from iotrace.autotune.tuner import ConfigResult, TuneResult
+    from iotrace.autotune.result import ConfigResult, TuneResult
 
 __all__ = ["BarProgress", "print_tune", "tune_figure", "write_figure"]
 
@@ -90,13 +90,18 @@ def _constant_keys(result: TuneResult) -> dict[str, Any]:
     return {k: first[k] for k, v in values.items() if len(v) == 1 and len(result.results) > 1}
 
 
+def _plain(value: float) -> str:
+    """3 significant figures without an exponent up to 99,999 (TFLOP/s and percentages read better so)."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _measured_columns(result: TuneResult, row: ConfigResult) -> list[str]:
     if row.measured_us is None:
         return ["—", "—", "—"]
     seconds = row.measured_us * 1e-6
     roof = row.entry.prediction.roofline_us if row.entry.prediction else None
-    return [_num(row.measured_us), _num(result.cost.flops / seconds / 1e12, 3),
-            _num(100 * roof / row.measured_us, 3) if roof else "—"]
+    return [_num(row.measured_us), _plain(result.cost.flops / seconds / 1e12),
+            _plain(100 * roof / row.measured_us) if roof else "—"]
 
 
 def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> None:
@@ -110,23 +115,25 @@ def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> 
     # A light box: the table must fit an 80-column terminal (the README's width) with the config unbroken.
     table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   show_edge=False, collapse_padding=True)
-    columns = ["#", "config", "regs", "smem KB", "spill", "occ %", "limiter", "pred µs"]
+    ranked = result.ranked()
+    shown = [r for r in ranked if r.entry.pruned is None][:rows]
+    spills = any(r.entry.spills for r in shown)  # the column only when a shown config spills
+    columns = ["#", "config", "regs", "smem KB", *(["spill B"] if spills else []), "occ % limiter", "pred µs"]
     checked = result.mode != "static"
     columns += ["meas µs", "TFLOP/s", "% roof", "ok"] if timed else (["ok"] if checked else [])
     for name in columns:
-        table.add_column(name, justify="left" if name in ("config", "limiter") else "right", no_wrap=True,
-                         min_width=len(str(len(result.results))) if name == "#" else None)
-    ranked = result.ranked()
-    shown = [r for r in ranked if r.entry.pruned is None][:rows]
+        table.add_column(name, justify="left" if name in ("config", "occ % limiter") else "right",
+                         no_wrap=name != "config", min_width=len(str(len(result.results))) if name == "#" else None)
     skip = frozenset(constant)
     for row in shown:
         main, occ = row.entry.main, row.entry.occupancy
         verified = {True: "yes", False: "[red]WRONG[/red]", None: "—"}[row.verified]
         cells = [str(row.rank or ""), escape(compact(row.config, skip)), str(main.registers) if main else "—",
-                 _num(main.shared_mem_bytes / 1024, 3) if main else "—",
-                 f"[yellow]{row.entry.spills}[/yellow]" if row.entry.spills else "0",
-                 _num(occ.occupancy_pct, 3) if occ else "—",
-                 ",".join(_LIMITERS.get(x, x) for x in occ.limiters) if occ else "—", _num(row.entry.predicted_us)]
+                 _num(main.shared_mem_bytes / 1024, 3) if main else "—"]
+        if spills:
+            cells.append(f"[yellow]{row.entry.spills}[/yellow]" if row.entry.spills else "0")
+        cells += [f"{_num(occ.occupancy_pct, 3)} {','.join(_LIMITERS.get(x, x) for x in occ.limiters)}" if occ
+                  else "—", _num(row.entry.predicted_us)]
         cells += [*_measured_columns(result, row), verified] if timed else ([verified] if checked else [])
         table.add_row(*cells)
     console.print(table)
@@ -177,20 +184,31 @@ def tune_figure(result: TuneResult) -> go.Figure:
                                                         "measured vs predicted µs (measured)" if timed else
                                                         "measured vs predicted: no GPU measurements in this run"])
     points = measured if timed else rows
-    labels = [compact(r.config) for r in points]
-    colours = ["crimson" if r.verified is False else ("seagreen" if r.verified else "steelblue") for r in points]
-    fig.add_trace(go.Scatter(x=[r.entry.occupancy.occupancy_pct for r in points],  # type: ignore[union-attr]
-                             y=[r.measured_us if timed else r.entry.predicted_us for r in points], mode="markers",
-                             text=labels, marker={"color": colours, "size": 8}, name="configs",
-                             hovertemplate="%{text}<br>occupancy %{x:.1f}%<br>%{y:.4g} µs<extra></extra>"),
-                  row=1, col=1)
+    groups = (("verified", "seagreen", [r for r in points if r.verified]),
+              ("WRONG output (rejected)", "crimson", [r for r in points if r.verified is False]),
+              ("not checked", "steelblue", [r for r in points if r.verified is None]))
+    for name, colour, group in groups:
+        if not group:
+            continue
+        labels = [compact(r.config) for r in group]
+        fig.add_trace(go.Scatter(x=[r.entry.occupancy.occupancy_pct for r in group],  # type: ignore[union-attr]
+                                 y=[r.measured_us if timed else r.entry.predicted_us for r in group],
+                                 mode="markers", text=labels, marker={"color": colour, "size": 8}, name=name,
+                                 legendgroup=name,
+                                 hovertemplate="%{text}<br>occupancy %{x:.1f}%<br>%{y:.4g} µs<extra></extra>"),
+                      row=1, col=1)
+        if timed:
+            fig.add_trace(go.Scatter(x=[r.entry.predicted_us for r in group], y=[r.measured_us for r in group],
+                                     mode="markers", text=labels, marker={"color": colour, "size": 8},
+                                     legendgroup=name, showlegend=False,
+                                     hovertemplate="%{text}<br>predicted %{x:.4g} µs<br>measured %{y:.4g} µs"
+                                                   "<extra></extra>"), row=1, col=2)
+    floor = rows[0].entry.prediction.roofline_us if rows and rows[0].entry.prediction else None
+    if floor:
+        fig.add_hline(y=floor, line={"dash": "dash", "color": "grey"}, row=1, col=1,  # type: ignore[arg-type]
+                      annotation_text=f"roofline floor {floor:.4g} µs (modelled)")
     if timed:
-        predicted = [r.entry.predicted_us for r in measured]
-        fig.add_trace(go.Scatter(x=predicted, y=[r.measured_us for r in measured], mode="markers", text=labels,
-                                 marker={"color": colours, "size": 8}, showlegend=False,
-                                 hovertemplate="%{text}<br>predicted %{x:.4g} µs<br>measured %{y:.4g} µs"
-                                               "<extra></extra>"), row=1, col=2)
-        top = max(max(predicted), max(r.measured_us or 0 for r in measured))  # type: ignore[type-var]
+        top = max(max(r.entry.predicted_us or 0 for r in measured), max(r.measured_us or 0 for r in measured))
         fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", line={"dash": "dot", "color": "grey"},
                                  name="measured = predicted"), row=1, col=2)
     if result.best is not None and result.best.entry.occupancy is not None:
