@@ -308,3 +308,18 @@ def test_report_failure_falls_back_to_the_summary(corpus: Path, capsys: pytest.C
     out = capsys.readouterr().out
     assert out.startswith("report unavailable (iotrace: error: ") and "does not exist" in out
     assert "2 kernels (2 launches)" in out and "dot_prod_naive" in out  # iotrace info's summary of the capture
+
+
+def test_manifest_says_why_when_it_cannot_name_the_commit_or_the_driver(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import iotrace
+    from iotrace.trace.profilers.manifest import device_info, git_info
+
+    installed = tmp_path / "site-packages" / "iotrace"
+    installed.mkdir(parents=True)
+    monkeypatch.setattr(iotrace, "__file__", str(installed / "__init__.py"))
+    found = git_info()
+    assert found["commit"] is None and "not in a git checkout" in found["note"] and str(installed) in found["note"]
+    monkeypatch.setenv("PATH", str(tmp_path))
+    device = device_info()
+    assert device["driver"] is None and device["note"].startswith("nvidia-smi not found")
