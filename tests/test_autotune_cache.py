@@ -6,6 +6,7 @@ back with plain sqlite3, not through iotrace, so the checks do not trust the cod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -80,6 +81,34 @@ def test_a_kill_mid_sweep_leaves_a_consistent_cache_and_the_rerun_measures_only_
     assert sum(1 for run in runs.values() if run != first_run) == CONFIGS - len(before)
     assert _verified(data) == sorted([False] + [True] * (CONFIGS - 1), key=str)
     assert data["best"]["verified"] is True and data["best"]["config"]["OFF_BY_ONE"] is False
+
+
+def test_ctrl_c_mid_sweep_is_one_line_exit_130_and_keeps_the_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "tune.sqlite3"
+    proc = _start(cache)
+    deadline = time.monotonic() + 180
+    while len(_rows(cache)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [f"iotrace: error: interrupted: every result measured so far is saved in "
+                                        f"{cache} — run the same command again to resume where it stopped"]
+    assert 2 <= len(_rows(cache)) < CONFIGS and _integrity(cache) == "ok"
+
+
+def test_a_wider_space_measures_only_the_new_configs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    from iotrace_tune_kernel import DoubleSpec  # type: ignore[import-not-found]
+
+    from iotrace.autotune.tuner import TuneOptions, tune
+    from iotrace.cards import lookup
+
+    options = TuneOptions(verify_top=CONFIGS, cache=tmp_path / "tune.sqlite3", fix={"BLOCK": 128})
+    narrow = tune(DoubleSpec(), {"n": QUICK}, "fp32", lookup("h100"), options)
+    wide = tune(DoubleSpec(), {"n": QUICK}, "fp32", lookup("h100"), dataclasses.replace(options, fix={}))
+    assert (narrow.evaluations, narrow.measured) == (3, 3)
+    assert (wide.evaluations, wide.measured) == (CONFIGS, CONFIGS - 3)
 
 
 def test_two_tuners_writing_one_cache_at_once(tmp_path: Path) -> None:

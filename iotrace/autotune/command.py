@@ -13,10 +13,17 @@ import argparse
 import json
 from pathlib import Path
 
+from iotrace.autotune.cache import default_path
 from iotrace.cli import _add_card, _mapping, count, number
-from iotrace.errors import InvalidValueError
+from iotrace.errors import InvalidValueError, IotraceError
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["TuneInterrupted", "add_arguments", "main"]
+
+
+class TuneInterrupted(IotraceError):
+    """Ctrl-C during a tune: what was measured is committed, a rerun resumes (exit 130, as a shell reports SIGINT)."""
+
+    exit_code = 130
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,8 +91,15 @@ def main(args: argparse.Namespace) -> None:
                           jobs=args.jobs, seed=args.seed, backend=args.backend)
     console = make_console()
     progress = BarProgress(console) if console.is_terminal and not args.json else None
-    result = tune(spec, shape, args.dtype or (None if args.replay else spec.dtypes[0]), card,  # type: ignore[arg-type]
-                  options, progress)
+    try:
+        result = tune(spec, shape, args.dtype or (None if args.replay else spec.dtypes[0]),  # type: ignore[arg-type]
+                      card, options, progress)
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.stop()
+        where = "nothing (--no-cache)" if args.no_cache else str(args.cache or default_path())
+        raise TuneInterrupted(f"interrupted: every result measured so far is saved in {where}",
+                              "run the same command again to resume where it stopped") from None
     if args.output is not None:
         write_figure(result, args.output)
     exported = export_best(result, args.export) if args.export is not None else None
