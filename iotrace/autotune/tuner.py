@@ -121,6 +121,10 @@ def check_request(spec: KernelSpec, shape: Shape, dtype: str, card: Card, option
         raise InvalidValueError(f"{card.name} has no CUDA compute capability: iotrace tunes Triton kernels for "
                                 "NVIDIA targets", "pick an NVIDIA card, e.g. --card h100 (see `iotrace cards`)")
     peak = spec.cost(shape, dtype).peak
+    if card.origin == "detected" and not card.peak_tflops:
+        raise UnsupportedDtypeError(f"{card.name} is not in the CardBook, so iotrace has no peak or bandwidth to model "
+                                    "it with", "add it to iotrace/data/cards.toml, or set IOTRACE_CARD to the "
+                                    "CardBook card closest to it")
     if peak not in card.peak_tflops:
         raise UnsupportedDtypeError(f"{card.name} (CC {card.cc}) has no {peak} peak: it does not support {dtype} "
                                     f"for {spec.name}", f"use one of the dtypes it has peaks for, or a newer card "
