@@ -219,3 +219,33 @@ def test_on_a_gpu_the_wrong_config_is_never_timed_and_a_warm_retune_is_8x_faster
     warm_s = time.perf_counter() - start
     assert warm.measured == 0 and warm.best.config == cold.best.config
     assert warm_s * 8 <= cold_s, f"warm {warm_s:.2f} s against cold {cold_s:.2f} s"
+
+
+def test_cost_model_terms_by_hand() -> None:
+    from iotrace.autotune.model import DRAM_LATENCY_S, predict, tile_efficiency
+    from iotrace.compile_info import Resources
+
+    ragged = GEMM.check_shape({"M": 97, "N": 83, "K": 71, "bias": 1})
+    tile = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32}
+    assert tile_efficiency(GEMM, ragged, tile) == pytest.approx((97 / 128) * (83 / 96) * (71 / 96))
+    card = lookup("h100")  # 132 SMs
+    cost = GEMM.cost(SHAPE, "fp16")
+
+    def resources(blocks: int, smem: int = 0) -> list[Resources]:
+        return [Resources("sm_90", "k", 128, 0, smem, 0, 0, 0, 1, 256, (blocks, 1, 1), "by hand")]
+
+    def run(blocks: int, smem: int = 0, tile_eff: float = 1.0):
+        res = resources(blocks, smem)
+        occ = occupancy(card.sm_limits, 256, 128, 0, smem)
+        return predict(cost, card, res, occ, tile_eff, (128, 128), 2)
+
+    full, tail = run(132), run(133)
+    assert full.sm_balance == 1.0 and tail.sm_balance == pytest.approx((133 / 132) / 2)
+    assert tail.compute_us == pytest.approx(full.compute_us * 2 * 132 / 133)  # the busiest SM runs two blocks
+    assert run(1320, tile_eff=0.5).compute_us == pytest.approx(2 * run(1320).compute_us)
+    # Little's law: 8 blocks of 256 threads x 128 registers x 4 B in flight against bandwidth x latency.
+    assert run(8).latency_hiding == pytest.approx(8 * 256 * 128 * 4 / (card.bandwidth_bytes_per_s * DRAM_LATENCY_S))
+    # Operand reuse: a 128 x 128 tile over 8 warps reads sqrt(128·128/8)/2 FLOP per shared-memory byte.
+    assert full.operand_intensity == pytest.approx((128 * 128 / 8) ** 0.5 / 2)
+    for prediction in (full, tail, run(8)):
+        assert prediction.time_us >= prediction.roofline_us
