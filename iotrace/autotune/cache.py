@@ -8,6 +8,10 @@ Safety, from SQLite's own guarantees (https://www.sqlite.org/wal.html, https://w
 WAL journaling lets readers run beside one writer; ``busy_timeout`` makes a second writer wait rather than fail;
 each result is its own ``BEGIN IMMEDIATE … COMMIT`` transaction, so Ctrl-C or SIGKILL between two results leaves
 every committed row intact and no half row. A rerun reads what is there and measures the rest (resume).
+
+Failures are rows too (``status`` ``wrong`` for an output that differs from the reference, ``failed`` for a launch
+that raised), as Kernel Tuner stores its ``InvalidConfig`` sentinels: a wrong config is never measured again. To
+retry everything, delete the file (it is only a cache) or pass ``--no-cache``.
 """
 
 from __future__ import annotations

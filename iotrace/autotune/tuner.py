@@ -181,7 +181,6 @@ class _Evaluator:
         self.cache, self.key, self.budget, self.progress = cache, key, budget, progress
         self.deadline = None if time_s is None else time.monotonic() + time_s
         self.found: dict[int, Measurement] = {}
-        self.order: list[int] = []
         self.measured = 0
 
     def __call__(self, index: int) -> float | None:
@@ -200,7 +199,6 @@ class _Evaluator:
             if self.cache is not None and self.key is not None:
                 self.cache.put(self.key, config, self.shape, result)
         self.found[entry_index] = result
-        self.order.append(entry_index)
         self.progress.advance()
         return result.usable_us
 
