@@ -123,9 +123,8 @@ class GpuBackend:
         try:
             ok, note, outputs = checker.check(config)
             torch.cuda.synchronize()
-        except (IotraceError, RuntimeError) as exc:  # Triton's OutOfResources and CUDA errors are RuntimeErrors
-            text = getattr(exc, "problem", None) or " ".join(str(exc).split())[:300]
-            return Measurement("failed", None, None, None, None, "none", text)
+        except Exception as exc:  # Triton's OutOfResources, a CUDA error: this config failed, not the tune
+            return Measurement("failed", None, None, None, None, "none", _one_line(exc))
         if not ok:
             return Measurement("wrong", None, None, None, False, "none: not timed, the output is wrong", note)
 
@@ -133,12 +132,19 @@ class GpuBackend:
             checker.spec.launch(checker.inputs, outputs, config, checker.backend)
 
         quantiles = [0.5, 0.2, 0.8]
-        median, p20, p80 = triton.testing.do_bench(call, warmup=WARMUP_MS, rep=REP_MS, quantiles=quantiles)
-        timing = "triton.testing.do_bench (L2 flushed before each run, median)"
-        if median < CUDA_GRAPH_BELOW_MS:
-            median, p20, p80 = triton.testing.do_bench_cudagraph(call, rep=REP_MS, quantiles=quantiles)
-            timing = "triton.testing.do_bench_cudagraph (median; L2 warm between replays)"
+        try:
+            median, p20, p80 = triton.testing.do_bench(call, warmup=WARMUP_MS, rep=REP_MS, quantiles=quantiles)
+            timing = "triton.testing.do_bench (L2 flushed before each run, median)"
+            if median < CUDA_GRAPH_BELOW_MS:
+                median, p20, p80 = triton.testing.do_bench_cudagraph(call, rep=REP_MS, quantiles=quantiles)
+                timing = "triton.testing.do_bench_cudagraph (median; L2 warm between replays)"
+        except Exception as exc:  # as above
+            return Measurement("failed", None, None, None, True, "none", f"timing failed: {_one_line(exc)}")
         return Measurement("ok", median * 1e3, p20 * 1e3, p80 * 1e3, True, timing)
+
+
+def _one_line(exc: BaseException) -> str:
+    return getattr(exc, "problem", None) or f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
 class ReplayBackend:
