@@ -278,7 +278,7 @@ class KernelBench:
 
     def _run(self, timer: Callable[[], float], method: str, cost: Cost, card: Card, info: dict[str, Any],
              rounds: int | None = None, warmup: int | None = None) -> BenchResult | None:
-        from iotrace.runner import _roofline
+        from iotrace.runner import roofline_of
 
         rounds = rounds if rounds is not None else self.config.getoption("iotrace_rounds")
         warmup = warmup if warmup is not None else self.config.getoption("iotrace_warmup")
@@ -296,7 +296,7 @@ class KernelBench:
         stats = self.benchmark.stats.stats
         median, mean, stddev = stats.median, stats.mean, stats.stddev
         cv = stddev / mean if mean > 0 else 0.0
-        roof = _roofline(cost, card)
+        roof = roofline_of(cost, card)
         floor_s = roof.floor_us * 1e-6
         result = BenchResult(
             median_s=median, mean_s=mean, stddev_s=stddev, cv=cv, rounds=len(stats.data),

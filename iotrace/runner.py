@@ -138,7 +138,8 @@ def resolve_config(spec: KernelSpec, shape: Shape, dtype: str, card: Card, backe
     return base
 
 
-def _roofline(cost: Cost, card: Card) -> Roofline:
+def roofline_of(cost: Cost, card: Card) -> Roofline:
+    """Identity 4 for one kernel call on ``card``: its intensity against the ridge, the bound and the floor time."""
     peak = card.peak_flop_per_s(cost.peak)
     bandwidth = card.bandwidth_bytes_per_s
     floor_s = max(cost.flops / peak, cost.bytes / bandwidth)
@@ -248,7 +249,7 @@ def run(spec: KernelSpec, shape: Shape, dtype: str, card: Card, *, backend: str 
     spec.check_dtype(dtype)
     config = config if config is not None else resolve_config(spec, shape, dtype, card, backend)
     cost = spec.cost(shape, dtype)
-    roofline = _roofline(cost, card)
+    roofline = roofline_of(cost, card)
     resources, occ, waves = static_analysis(spec, shape, dtype, config, card, backend)
     seed = secrets.randbits(31) if seed is None else seed
     notes: list[str] = []

@@ -45,9 +45,20 @@ def _warp_stalls(corpus: Path) -> Note:
     return warp_stalls.build(corpus)
 
 
+def _kernel_note(name: str) -> Callable[[Path], Note]:
+    def build(corpus: Path) -> Note:
+        from iotrace.notes import kernel_notes
+
+        return kernel_notes.build(name)
+
+    return build
+
+
 PUBLISHED: dict[str, Published] = {
     "decode-wall": Published("decode-wall", _decode_wall, needs_corpus=True),
     "warp-stalls": Published("warp-stalls", _warp_stalls, needs_corpus=True),
+    **{name: Published(name, _kernel_note(name), needs_corpus=False)
+       for name in ("kernel-gemm", "kernel-attention", "kernel-rmsnorm", "kernel-int8-kv", "kernel-draft-verify")},
 }
 
 
