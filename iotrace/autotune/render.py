@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from iotrace.errors import InvalidValueError
 
@@ -112,30 +113,48 @@ def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> 
     title = (f"tune {result.kernel} {result.dtype} {','.join(f'{k}={v}' for k, v in result.shape.items())} on "
              f"{result.card.name} (CC {result.card.cc}, {result.card.sm_count} SMs), {result.mode} mode"
              + (f"; every config has {compact(constant)}" if constant else ""))
-    # A light box: the table must fit an 80-column terminal (the README's width) with the config unbroken.
-    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  show_edge=False, collapse_padding=True)
     ranked = result.ranked()
     shown = [r for r in ranked if r.entry.pruned is None][:rows]
-    spills = any(r.entry.spills for r in shown)  # the column only when a shown config spills
-    columns = ["#", "config", "regs", "smem KB", *(["spill B"] if spills else []), "occ % limiter", "pred µs"]
     checked = result.mode != "static"
-    columns += ["meas µs", "TFLOP/s", "% roof", "ok"] if timed else (["ok"] if checked else [])
-    for name in columns:
-        table.add_column(name, justify="left" if name in ("config", "occ % limiter") else "right",
-                         no_wrap=name != "config", min_width=len(str(len(result.results))) if name == "#" else None)
     skip = frozenset(constant)
+    cells: dict[str, list[str]] = {name: [] for name in ("#", "config", "regs", "smem KB", "spill B",
+                                                          "occ % limiter", "pred µs", "meas µs", "TFLOP/s",
+                                                          "% roof", "ok")}
     for row in shown:
         main, occ = row.entry.main, row.entry.occupancy
-        verified = {True: "yes", False: "[red]WRONG[/red]", None: "—"}[row.verified]
-        cells = [str(row.rank or ""), escape(compact(row.config, skip)), str(main.registers) if main else "—",
-                 _num(main.shared_mem_bytes / 1024, 3) if main else "—"]
-        if spills:
-            cells.append(f"[yellow]{row.entry.spills}[/yellow]" if row.entry.spills else "0")
-        cells += [f"{_num(occ.occupancy_pct, 3)} {','.join(_LIMITERS.get(x, x) for x in occ.limiters)}" if occ
-                  else "—", _num(row.entry.predicted_us)]
-        cells += [*_measured_columns(result, row), verified] if timed else ([verified] if checked else [])
-        table.add_row(*cells)
+        measured = _measured_columns(result, row)
+        for name, text in (("#", str(row.rank or "")), ("config", escape(compact(row.config, skip))),
+                           ("regs", str(main.registers) if main else "—"),
+                           ("smem KB", _num(main.shared_mem_bytes / 1024, 3) if main else "—"),
+                           ("spill B", f"[yellow]{row.entry.spills}[/yellow]" if row.entry.spills else "0"),
+                           ("occ % limiter", f"{_num(occ.occupancy_pct, 3)} "
+                                             f"{','.join(_LIMITERS.get(x, x) for x in occ.limiters)}" if occ else "—"),
+                           ("pred µs", _num(row.entry.predicted_us)), ("meas µs", measured[0]),
+                           ("TFLOP/s", measured[1]), ("% roof", measured[2]),
+                           ("ok", {True: "yes", False: "[red]WRONG[/red]", None: "—"}[row.verified])):
+            cells[name].append(text)
+    columns = ["#", "config", "regs", "smem KB", "spill B", "occ % limiter", "pred µs"]
+    columns += ["meas µs", "TFLOP/s", "% roof", "ok"] if timed else (["ok"] if checked else [])
+    if not any(r.entry.spills for r in shown):
+        columns.remove("spill B")  # the column only when a shown config spills
+    # The table must fit the terminal (80 columns in the README) with each config on one line: when it would
+    # not, the columns a reader needs least go first (--json always holds every field).
+    def width(names: list[str]) -> int:
+        return sum(max([len(n), *(len(Text.from_markup(c).plain) for c in cells[n])]) + 2 for n in names)
+    dropped = []
+    for name in ("spill B", "regs", "TFLOP/s", "smem KB"):
+        if width(columns) <= console.width:
+            break
+        if name in columns:
+            columns.remove(name)
+            dropped.append(name)
+    table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False, collapse_padding=True,
+                  caption=f"(narrow terminal: {', '.join(dropped)} left out)" if dropped else None)
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("config", "occ % limiter") else "right", no_wrap=True)
+    for i in range(len(shown)):
+        table.add_row(*(cells[name][i] for name in columns))
     console.print(table)
     pruned = [r for r in result.results if r.entry.pruned]
     launchable = len(result.results) - len(pruned)
