@@ -157,6 +157,8 @@ def test_bad_input_raises_iotrace_errors_from_the_api() -> None:
         tune(GEMM, SHAPE, "fp16", card, TuneOptions(strategy="annealing"))
     with pytest.raises(InvalidValueError, match="budget of 0"):
         tune(GEMM, SHAPE, "fp16", card, TuneOptions(budget=0))
+    with pytest.raises(InvalidValueError, match="time budget of 0 s"):
+        tune(GEMM, SHAPE, "fp16", card, TuneOptions(time_s=0))
     with pytest.raises(UnsupportedDtypeError, match="bf16"):
         tune(GEMM, SHAPE, "bf16", lookup("v100-sxm2-32gb"), TuneOptions())
 
