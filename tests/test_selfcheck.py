@@ -15,7 +15,7 @@ from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["card ceilings (copy bandwidth, bf16 matmul)", "kernels against their references and baselines",
-         "occupancy: iotrace against the CUDA driver"]
+         "occupancy: iotrace against the CUDA driver", "profilers: ncu and nsys captures, loaded back"]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def test_cpu_selfcheck_checks_every_kernel(cpu_run) -> None:
     result = json.loads((out / "results.json").read_text())
     assert (result["mode"], result["quick"], result["ok"]) == ("cpu", True, True)
     assert [step["name"] for step in result["steps"]] == STEPS
-    assert [step["status"] for step in result["steps"]] == ["skipped", "ok", "skipped"]
+    assert [step["status"] for step in result["steps"]] == ["skipped", "ok", "skipped", "skipped"]
     rows = result["steps"][1]["rows"]
     builtin = {name for name, spec in kernels().items() if type(spec).__module__.startswith("iotrace.kernels.")}
     assert {row["kernel"] for row in rows} == builtin and len(rows) == len(builtin)
@@ -63,3 +63,31 @@ def test_selfcheck_bad_input(tmp_path: Path) -> None:
     assert done.returncode == 2 and "--budget 0 s leaves no time" in done.stderr
     done = run_cli("selfcheck", str(tmp_path), env={"TRITON_INTERPRET": "1"})
     assert done.returncode == 2 and "no GPU is visible" in done.stderr and "--cpu" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["ok", "counters"])
+def test_profiler_step_with_stand_in_tools(mode: str, tmp_path: Path, corpus: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 5 as a GPU run takes it, with stand-in nsys/ncu first on PATH (they check their argv and hand back real
+    corpus exports): the ncu export is loaded back and iotrace's occupancy agrees with ncu's on both kernels; a
+    tool that refuses its counters is recorded as the reason, not a failure."""
+    from iotrace.plugins import kernel
+    from iotrace.selfcheck.profiler_checks import capture_all
+    from iotrace.selfcheck.record import Step
+    from tests.test_profilers_standins import calls, install
+
+    for key, value in {**install(tmp_path / "bin", corpus), "TRITON_INTERPRET": "0", "STANDIN_MODE": mode}.items():
+        monkeypatch.setenv(key, value)
+    step = capture_all(Step("profilers"), [kernel("gemm")], tmp_path / "out", "h100-sxm", quick=True,
+                       out_of_time=lambda: False)
+    tools = [c["tool"] for c in calls(tmp_path / "bin")]
+    if mode == "counters":
+        assert step.status == "ok" and "ERR_NVGPUCTRPERM" in step.reason, step
+        assert step.rows[0]["status"] == "not captured" and step.rows[1]["status"] == "ok"
+        return
+    assert step.status == "ok" and step.reason == "", step
+    assert "ncu" in tools and "nsys" in tools
+    ncu_row, nsys_row = step.rows
+    assert (ncu_row["tool"], ncu_row["status"], nsys_row["tool"], nsys_row["status"]) == ("ncu", "ok", "nsys", "ok")
+    assert [r["agree"] for r in ncu_row["occupancy"]] == [True, True]  # the GTX 1660 SUPER report's two kernels
+    assert Path(ncu_row["manifest"]).is_file() and step.figures["occupancy_mismatches_vs_ncu"] == 0

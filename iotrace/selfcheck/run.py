@@ -21,7 +21,7 @@ def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None
     from iotrace.cards import detect
     from iotrace.kernels.backend import interpreting
     from iotrace.plugins import kernels
-    from iotrace.selfcheck import ceilings, driver_occupancy, environment, kernel_checks
+    from iotrace.selfcheck import ceilings, driver_occupancy, environment, kernel_checks, profiler_checks
 
     if budget_s <= 0:
         raise InvalidValueError(f"--budget {budget_s:g} s leaves no time", "give a positive number of seconds")
@@ -63,6 +63,10 @@ def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None
           (lambda s: driver_occupancy.compare(s, specs)) if gpu else
           (lambda s: s.skip("no GPU: the driver's cuOccupancyMaxActiveBlocksPerMultiprocessor needs one "
                             "(the calculator is checked against NVIDIA's cuda_occupancy.h in the tests)")))
+    timed("profilers: ncu and nsys captures, loaded back",
+          (lambda s: profiler_checks.capture_all(s, specs, out, card.key, quick, out_of_time)) if gpu else
+          (lambda s: s.skip("no GPU: Nsight Compute and Nsight Systems need one (the orchestration is tested "
+                            "with stand-in tools in tests/test_profilers.py)")))
     result = SelfcheckResult("gpu" if gpu else "cpu", quick, environment.collect(card, gpu), steps,
                              time.perf_counter() - started)
     write(result, out)
