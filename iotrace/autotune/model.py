@@ -29,8 +29,17 @@ Every term is modelled, never measured, and each is reported beside the predicti
   at the card's boost clock. Small tiles starve the tensor cores this way long before DRAM does. Applied to
   kernels whose configs have a ``BLOCK_M x BLOCK_N`` dot tile (or that name theirs in ``dot_tile``) and a
   tensor-core peak.
+* **Operand traffic through L2** (GEMM-shaped kernels, whose ``BLOCK_M``/``BLOCK_N``/``BLOCK_K`` tile three shape
+  dimensions): every output tile streams its A row-panel and B column-panel from L2, ``tiles_m · tiles_n ·
+  (BLOCK_M + BLOCK_N) · K · bytes`` in all, hits or not. L2 read bandwidth is 5120 bytes per clock on A100 for
+  108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020: 2.3x V100's 2048), about 47 bytes per clock
+  per SM; the same per-SM figure at each card's boost clock stands in for cards whose whitepaper gives none.
+  It is one more roof (hierarchical roofline): small tiles re-read their operands many times.
 * **Spills**: ptxas's spill bytes per thread times the threads launched, added to the memory traffic (a lower
   bound: a spill inside a loop repeats).
+
+Ties (a compute-bound plateau) are broken in :func:`iotrace.autotune.static.rank` toward more operand reuse per
+warp, as Volkov's "Better Performance at Lower Occupancy" argues, then toward higher occupancy.
 
 Unknown to this model, and left to measurement: cache reuse between tiles (L2 hit rates), bank conflicts,
 instruction mix. Recorded GPU sweeps (``--replay``) are how its ranking is judged.
@@ -50,8 +59,9 @@ if TYPE_CHECKING:
     from iotrace.occupancy import OccupancyResult
     from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
 
-__all__ = ["BYTES_PER_REGISTER", "DRAM_LATENCY_S", "LAUNCH_GAP_US", "SMEM_BYTES_PER_CLOCK", "Prediction",
-           "dot_tile", "predict", "tile_dims", "tile_efficiency"]
+__all__ = ["BYTES_PER_REGISTER", "DRAM_LATENCY_S", "L2_BYTES_PER_CLOCK_PER_SM", "LAUNCH_GAP_US",
+           "SMEM_BYTES_PER_CLOCK", "Prediction", "dot_tile", "operand_traffic", "predict", "tile_dims",
+           "tile_efficiency"]
 
 #: A register holds 32 bits (CUDA C++ Programming Guide, "Hardware Multithreading": registers are 32-bit).
 BYTES_PER_REGISTER = 4
@@ -65,6 +75,10 @@ DRAM_LATENCY_S = 600e-9
 #: Shared-memory bandwidth of one SM: 32 banks of 4 bytes per clock (CUDA C++ Programming Guide, "Shared Memory",
 #: compute capability 5.x and later).
 SMEM_BYTES_PER_CLOCK = 32 * 4
+
+#: L2 read bandwidth per SM per clock: A100's 5120 bytes/clock over its 108 SMs (NVIDIA A100 Tensor Core GPU
+#: Architecture whitepaper, 2020), used for every card (a stand-in where the vendor states none).
+L2_BYTES_PER_CLOCK_PER_SM = 5120 / 108
 
 #: Added per launch after the first for kernels that make several (split-KV decode and its combine): a dependent
 #: launch costs a few µs of launch overhead (CUDA C++ Best Practices Guide, "Concurrent Kernel Execution" and the
@@ -85,6 +99,7 @@ class Prediction:
     sm_balance: float
     latency_hiding: float
     operand_intensity: float | None
+    l2_us: float | None
     warps_per_scheduler: float
     waves: float
     spill_bytes: float
@@ -131,9 +146,30 @@ def dot_tile(spec: KernelSpec, config: Config) -> tuple[int, int] | None:
     return None
 
 
+def operand_traffic(spec: KernelSpec, shape: Shape, config: Config, element_bytes: int) -> float | None:
+    """Bytes a GEMM-shaped kernel streams from L2 into its tiles: ``tiles_m · tiles_n · (BM + BN) · K_padded · e``.
+
+    Only for kernels whose dot tile (``BLOCK_M x BLOCK_N``) and one more block parameter (the reduction) all tile
+    shape dimensions (see :func:`tile_dims`); None for the rest.
+    """
+    tile = dot_tile(spec, config)
+    dims = tile_dims(spec, shape, config)
+    names = getattr(spec, "dot_tile", None) or ("BLOCK_M", "BLOCK_N")
+    rest = [p for p in dims if p not in names]
+    if tile is None or not all(n in dims for n in names) or len(rest) != 1:
+        return None
+    (m_dim, n_dim), k_param = (dims[n] for n in names), rest[0]
+    block_k = int(config[k_param])
+    k_padded = math.ceil(shape[dims[k_param]] / block_k) * block_k
+    tiles = math.ceil(shape[m_dim] / tile[0]) * math.ceil(shape[n_dim] / tile[1])
+    return float(tiles * (tile[0] + tile[1]) * k_padded * element_bytes)
+
+
 def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: OccupancyResult,
-            tile_eff: float, tile: tuple[int, int] | None = None, element_bytes: int = 2) -> Prediction:
-    """The modelled time of one call: the slower of its compute and memory times, each scaled by its terms."""
+            tile_eff: float, tile: tuple[int, int] | None = None, element_bytes: int = 2,
+            l2_bytes: float | None = None) -> Prediction:
+    """The modelled time of one call: the slowest of its roofs (compute, DRAM, L2 operand traffic), each scaled
+    by its terms."""
     main = resources[0]
     peak = card.peak_flop_per_s(cost.peak)
     bandwidth = card.bandwidth_bytes_per_s
@@ -160,11 +196,14 @@ def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: Occupan
         throughput = min(peak, intensity * smem_bandwidth)
     compute_s = cost.flops / tile_eff / (throughput * sm_balance * issue)
     memory_s = (cost.bytes + spill_bytes) / (bandwidth * latency_hiding)
+    l2_s = None
+    if l2_bytes is not None and card.boost_clock_mhz:
+        l2_s = l2_bytes / (sms * L2_BYTES_PER_CLOCK_PER_SM * card.boost_clock_mhz * 1e6 * sm_balance)
     roofline_s = max(cost.flops / peak, cost.bytes / bandwidth)
     waves = blocks / (occ.active_blocks_per_sm * sms)
-    time_us = max(compute_s, memory_s) * 1e6 + LAUNCH_GAP_US * (len(resources) - 1)
+    time_us = max(compute_s, memory_s, l2_s or 0.0) * 1e6 + LAUNCH_GAP_US * (len(resources) - 1)
     return Prediction(time_us=time_us, roofline_us=roofline_s * 1e6, compute_us=compute_s * 1e6,
                       memory_us=memory_s * 1e6, bound="compute" if compute_s >= memory_s else "memory",
                       tile_efficiency=tile_eff, sm_balance=sm_balance, latency_hiding=latency_hiding,
-                      operand_intensity=intensity,
+                      operand_intensity=intensity, l2_us=None if l2_s is None else l2_s * 1e6,
                       warps_per_scheduler=warps_on_sm / schedulers, waves=waves, spill_bytes=spill_bytes)

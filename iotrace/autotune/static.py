@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from iotrace.autotune.model import Prediction, dot_tile, predict, tile_efficiency
+from iotrace.autotune.model import Prediction, dot_tile, operand_traffic, predict, tile_efficiency
 from iotrace.compile_info import CompileError, Resources, compile_each
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.occupancy import OccupancyResult, occupancy
@@ -84,8 +84,9 @@ def entry_from_resources(spec: KernelSpec, shape: Shape, dtype: str, config: Con
             return StaticEntry(config, tuple(resources), occ if res is resources[0] else main_occ, None,
                                f"{res.kernel}: {occ.reason}")
     assert main_occ is not None  # a spec gives at least one launch (checked in static_phase)
+    element = DTYPE_BYTES.get(dtype, 2)
     prediction = predict(cost, card, resources, main_occ, tile_efficiency(spec, shape, config), dot_tile(spec, config),
-                         DTYPE_BYTES.get(dtype, 2))
+                         element, operand_traffic(spec, shape, config, element))
     return StaticEntry(config, tuple(resources), main_occ, prediction, None)
 
 
@@ -119,14 +120,17 @@ def rank(entries: list[StaticEntry]) -> list[int]:
     """Indices of the launchable entries, fastest predicted first.
 
     Predictions equal to three significant figures are a tie the model cannot split (a compute-bound plateau), so
-    a config without spills goes first, then the higher occupancy (more latency hiding for what the model does not
-    see), then the space's order.
+    a config without spills goes first, then the one with more operand reuse per warp (bigger warp tiles: Volkov,
+    "Better Performance at Lower Occupancy", GTC 2010), then the higher occupancy (more latency hiding for what
+    the model does not see), then the space's order.
     """
     ready = [i for i, e in enumerate(entries) if e.prediction is not None and e.occupancy is not None]
 
-    def key(i: int) -> tuple[float, bool, float, int]:
+    def key(i: int) -> tuple[float, bool, float, float, int]:
         entry = entries[i]
         assert entry.prediction is not None and entry.occupancy is not None
-        return (float(f"{entry.prediction.time_us:.3g}"), entry.spills > 0, -entry.occupancy.occupancy_pct, i)
+        reuse = entry.prediction.operand_intensity or 0.0
+        return (float(f"{entry.prediction.time_us:.3g}"), entry.spills > 0, -reuse, -entry.occupancy.occupancy_pct,
+                i)
 
     return sorted(ready, key=key)
