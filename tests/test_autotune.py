@@ -224,7 +224,7 @@ def test_on_a_gpu_the_wrong_config_is_never_timed_and_a_warm_retune_is_8x_faster
 
 
 def test_cost_model_terms_by_hand() -> None:
-    from iotrace.autotune.model import DRAM_LATENCY_S, predict, tile_efficiency
+    from iotrace.autotune.model import DRAM_LATENCY_S, operand_traffic, predict, tile_efficiency
     from iotrace.compile_info import Resources
 
     ragged = GEMM.check_shape({"M": 97, "N": 83, "K": 71, "bias": 1})
@@ -251,3 +251,7 @@ def test_cost_model_terms_by_hand() -> None:
     assert full.operand_intensity == pytest.approx((128 * 128 / 8) ** 0.5 / 2)
     for prediction in (full, tail, run(8)):
         assert prediction.time_us >= prediction.roofline_us
+    # L2 operand traffic of a GEMM: 32 x 32 tiles of 128 x 128, each streaming (128 + 128) x 4096 fp16 operands.
+    config = {**tile, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}
+    assert operand_traffic(GEMM, SHAPE, config, 2) == 32 * 32 * (128 + 128) * 4096 * 2
+    assert operand_traffic(GEMM, ragged, tile, 2) == 2 * 3 * (64 + 32) * 96 * 2  # padded K: ceil(71 / 32) x 32
