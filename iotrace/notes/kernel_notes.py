@@ -33,19 +33,20 @@ class Subject:
 NOTES: dict[str, tuple[str, list[Subject]]] = {
     "kernel-gemm": ("Kernel note 3a: tiled GEMM", [
         Subject("gemm", "llama-3-8b-mlp-up-prefill-2k", "bf16",
-                {"BLOCK_M": (64, 128, 256), "BLOCK_N": (64, 128, 256), "BLOCK_K": 64, "num_stages": 3,
-                 "num_warps": 8, "USE_TMA": False})]),
+                {"BLOCK_M": (64, 128), "BLOCK_N": (128, 256), "BLOCK_K": 64, "num_stages": 3, "num_warps": 8,
+                 "USE_TMA": False})]),
     "kernel-attention": ("Kernel note 3b: FlashAttention, prefill and decode", [
         Subject("attention-prefill", "llama-3-8b-prefill-2k", "bf16",
-                {"num_stages": 2, "num_warps": 4, "USE_TMA": False}),
-        Subject("attention-decode", "llama-3-8b-ctx8k-b32", "bf16", {"BLOCK_N": 64, "num_stages": 2, "num_warps": 4})]),
+                {"BLOCK_M": (64, 128), "BLOCK_N": (64, 128), "num_stages": 2, "num_warps": 4, "USE_TMA": False}),
+        Subject("attention-decode", "llama-3-8b-ctx8k-b32", "bf16",
+                {"NUM_SPLITS": (1, 4, 16), "BLOCK_N": 64, "num_stages": 2, "num_warps": 4})]),
     "kernel-rmsnorm": ("Kernel note 3c: fused RMSNorm", [
         Subject("rmsnorm", "llama-3-8b-prefill-2k-residual", "bf16", {})]),
     "kernel-int8-kv": ("Kernel note 3d: decode over an INT8 KV cache", [
         Subject("attention-decode-int8", "llama-3-8b-ctx8k-b32-paged", "bf16",
-                {"BLOCK_N": 64, "num_stages": 2, "num_warps": 4})]),
+                {"NUM_SPLITS": (1, 4, 16), "BLOCK_N": 64, "num_stages": 2, "num_warps": 4})]),
     "kernel-draft-verify": ("Kernel note 3e: speculative draft-verify", [
-        Subject("draft-verify", "llama-3-b64-g4", "fp32", {})]),
+        Subject("draft-verify", "llama-3-b64-g4", "fp32", {"BLOCK_V": 1024})]),
 }
 
 
