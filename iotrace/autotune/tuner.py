@@ -269,6 +269,10 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
     if mode == "interpreter":
         notes.append("No GPU: the best is the cost model's choice among configs the Triton interpreter checked; "
                      "interpreted speed says nothing about a GPU, so nothing here is a measured time.")
+    if mode in ("interpreter", "static") and (options.budget is not None or options.time_s is not None
+                                             or options.strategy != TuneOptions.strategy):
+        notes.append(f"--strategy, --budget and --time steer measurements, and {mode} mode measures nothing: they "
+                     "were not used (--verify sets how many configs the interpreter checks).")
     result = TuneResult(spec.name, options.backend, dtype, shape, card, finger, mode, options.strategy, cost, results,
                         best, why, static, len(found), evaluator.measured if evaluator else 0,
                         time.perf_counter() - start, cache.path if cache is not None else None,
