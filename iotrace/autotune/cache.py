@@ -107,22 +107,45 @@ class TuneCache:
         self.run_id = uuid.uuid4().hex[:12]
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("BEGIN IMMEDIATE")  # two processes creating the file at once: one waits
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                self._db.execute(statement)
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-            self._db.execute("COMMIT")
+            self._db, row = self._open()
         except (OSError, sqlite3.Error) as exc:
             raise DataFileError(f"the tuning cache {self.path} cannot be opened ({exc})",
                                 "pass --cache PATH to use another file, or --no-cache") from exc
         if row is not None and row[0] != SCHEMA_VERSION:
+            self._db.close()
             raise DataFileError(f"the tuning cache {self.path} has schema {row[0]}, this iotrace writes "
                                 f"{SCHEMA_VERSION}", f"delete {self.path} (it is only a cache) or pass --cache PATH")
+
+    def _open(self) -> tuple[sqlite3.Connection, tuple[str] | None]:
+        """Connect, switch to WAL and create the tables, retrying while another process does the same.
+
+        Switching a new file to WAL needs it to itself, and when two processes race to do it SQLite can answer
+        "database is locked" at once, busy timeout or not (seen in tests/test_autotune_cache.py about one run in
+        five before this loop). WAL then persists in the file (https://www.sqlite.org/wal.html, "Persistence of
+        WAL mode"), so only the first opens can race.
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        pause = 0.01
+        while True:
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            try:
+                db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    db.execute("PRAGMA journal_mode = WAL")
+                db.execute("BEGIN IMMEDIATE")  # two processes creating the tables at once: one waits
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    db.execute(statement)
+                row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                if row is None:
+                    db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+                db.execute("COMMIT")
+                return db, row
+            except sqlite3.OperationalError as exc:
+                db.close()
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
 
     def close(self) -> None:
         self._db.close()
