@@ -42,3 +42,9 @@ for tool in nsys ncu; do
     exit 1
   fi
 done
+
+# The one-call self-check (card ceilings, kernels against their baselines, occupancy against the driver, tuner
+# sweeps recorded under $out/selfcheck/sweeps, profiler captures), then the standing sweeps in bench/sweeps/ that
+# the strategy tests replay. On a time-limited machine run only `python bench/gpu_check.py OUT` (at most 8 minutes).
+$py bench/gpu_check.py "$out/selfcheck"
+bash bench/record_sweeps.sh | tee "$out/record-sweeps.txt"

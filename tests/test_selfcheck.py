@@ -15,7 +15,8 @@ from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["card ceilings (copy bandwidth, bf16 matmul)", "kernels against their references and baselines",
-         "occupancy: iotrace against the CUDA driver", "profilers: ncu and nsys captures, loaded back"]
+         "occupancy: iotrace against the CUDA driver", "tuner: static tune and replay of the committed sweeps",
+         "profilers: ncu and nsys captures, loaded back"]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def test_cpu_selfcheck_checks_every_kernel(cpu_run) -> None:
     result = json.loads((out / "results.json").read_text())
     assert (result["mode"], result["quick"], result["ok"]) == ("cpu", True, True)
     assert [step["name"] for step in result["steps"]] == STEPS
-    assert [step["status"] for step in result["steps"]] == ["skipped", "ok", "skipped", "skipped"]
+    assert [step["status"] for step in result["steps"]] == ["skipped", "ok", "skipped", "ok", "skipped"]
     rows = result["steps"][1]["rows"]
     builtin = {name for name, spec in kernels().items() if type(spec).__module__.startswith("iotrace.kernels.")}
     assert {row["kernel"] for row in rows} == builtin and len(rows) == len(builtin)
@@ -42,6 +43,10 @@ def test_cpu_selfcheck_checks_every_kernel(cpu_run) -> None:
     int8 = next(row for row in rows if row["kernel"] == "attention-decode-int8")
     assert int8["quality"]["cosine"] >= 0.9999  # the default key scheme holds the quality target
     assert result["environment"]["card"] == "h100-sxm" and result["environment"]["gpu"] is False
+    static, *replays = result["steps"][3]["rows"]
+    assert (static["configs"], static["pruned"], static["basis"]) == (4, 1, "predicted")
+    assert replays and all(r["model_evaluations_to_95pct"] is not None for r in replays)
+    assert all("synthesised" in r["how"].lower() for r in replays)  # no GPU has recorded a sweep yet, and they say so
 
 
 def test_cpu_selfcheck_writes_a_markdown_table(cpu_run) -> None:

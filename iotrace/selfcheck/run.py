@@ -21,7 +21,7 @@ def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None
     from iotrace.cards import detect
     from iotrace.kernels.backend import interpreting
     from iotrace.plugins import kernels
-    from iotrace.selfcheck import ceilings, driver_occupancy, environment, kernel_checks, profiler_checks
+    from iotrace.selfcheck import ceilings, driver_occupancy, environment, kernel_checks, profiler_checks, tuner_checks
 
     if budget_s <= 0:
         raise InvalidValueError(f"--budget {budget_s:g} s leaves no time", "give a positive number of seconds")
@@ -63,6 +63,9 @@ def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None
           (lambda s: driver_occupancy.compare(s, specs)) if gpu else
           (lambda s: s.skip("no GPU: the driver's cuOccupancyMaxActiveBlocksPerMultiprocessor needs one "
                             "(the calculator is checked against NVIDIA's cuda_occupancy.h in the tests)")))
+    timed("tuner: sweeps, model-guided replay, pruning proved, warm cache" if gpu else
+          "tuner: static tune and replay of the committed sweeps",
+          lambda s: tuner_checks.check_tuner(s, out, gpu, quick, out_of_time))
     timed("profilers: ncu and nsys captures, loaded back",
           (lambda s: profiler_checks.capture_all(s, specs, out, card.key, quick, out_of_time)) if gpu else
           (lambda s: s.skip("no GPU: Nsight Compute and Nsight Systems need one (the orchestration is tested "
