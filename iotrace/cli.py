@@ -504,14 +504,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
     from iotrace.runner import resolve_config, run
 
     spec = kernel(args.kernel)
-    if args.preset is not None:
-        if args.preset not in spec.presets:
-            raise InvalidValueError(f"{spec.name} has no preset {args.preset!r}",
-                                    f"its presets are {', '.join(spec.presets)}")
-        shape = dict(spec.presets[args.preset])
-    else:
-        shape = args.shape or dict(spec.default_shape)
-    shape = spec.check_shape(shape)
+    shape = spec.shape_for(args.preset, args.shape)
     dtype = spec.check_dtype(args.dtype or spec.dtypes[0])
     card = detect(args.card)
     config = resolve_config(spec, shape, dtype, card, args.backend, args.config)

@@ -77,13 +77,10 @@ def main(args: argparse.Namespace) -> None:
         raise InvalidValueError(f"--rows {args.rows} is negative", "give 0 or more")
     if args.output is not None and args.output.suffix.lower() not in (".html", ".htm"):
         raise InvalidValueError(f"-o {args.output}: the tune chart is written as HTML", "name the file FILE.html")
-    if args.preset is not None:
-        if args.preset not in spec.presets:
-            raise InvalidValueError(f"{spec.name} has no preset {args.preset!r}",
-                                    f"its presets are {', '.join(spec.presets)}")
-        shape = dict(spec.presets[args.preset])
+    if args.replay and args.preset is None and args.shape is None:
+        shape = None  # a replay takes its shape from the sweep
     else:
-        shape = args.shape or (None if args.replay else dict(spec.default_shape))
+        shape = spec.shape_for(args.preset, args.shape)
     card = detect(args.card) if args.replay is None or args.card else None
     options = TuneOptions(strategy=args.strategy, budget=args.budget, time_s=args.time,
                           mode="static" if args.static else None, verify_top=args.verify, replay=args.replay,

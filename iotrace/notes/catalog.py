@@ -8,7 +8,6 @@ copied into the project); without it those notes cannot be rebuilt here, and say
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,19 +61,11 @@ PUBLISHED: dict[str, Published] = {
 }
 
 
-def _commit() -> str:
-    try:
-        done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return done.stdout.strip() or "unknown"
-
-
 def generated_line() -> str:
     from iotrace import __version__
+    from iotrace.checkout import short_commit
 
-    return f"{__version__} at commit {_commit()}"
+    return f"{__version__} at commit {short_commit()}"
 
 
 def normalise(text: str) -> str:

@@ -171,6 +171,15 @@ class KernelSpec(ABC):
             out[key] = value
         return out
 
+    def shape_for(self, preset: str | None = None, shape: Mapping[str, int] | None = None) -> Shape:
+        """The shape a command asked for: a named preset, a free shape, or the default, checked."""
+        if preset is not None:
+            if preset not in self.presets:
+                raise InvalidValueError(f"{self.name} has no preset {preset!r}",
+                                        f"its presets are {', '.join(self.presets)}")
+            return self.check_shape(self.presets[preset])
+        return self.check_shape(shape if shape is not None else self.default_shape)
+
     def reduce_shape(self, shape: Shape, max_elements: int) -> Shape:
         """A shape of the same kind small enough to check under the interpreter: halve the largest dimension until
         the product of the dims fits ``max_elements``, keeping every reduced size odd (ragged against every block)."""

@@ -5,24 +5,14 @@ from __future__ import annotations
 import platform
 import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 from iotrace.cards import Card
+from iotrace.checkout import git_info
 
 #: nvidia-smi's query fields for what the run depends on (``nvidia-smi --help-query-gpu`` lists them).
 _SMI_FIELDS = ("name", "driver_version", "compute_cap", "clocks.sm", "clocks.max.sm", "clocks.mem", "power.limit",
                "memory.total")
-
-
-def _git_commit() -> str:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        found = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                               text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown (git not available)"
-    return found.stdout.strip() or "unknown (not a git checkout)"
 
 
 def _nvidia_smi() -> dict[str, str]:
@@ -49,7 +39,7 @@ def collect(card: Card, gpu: bool) -> dict[str, Any]:
     env: dict[str, Any] = {
         "card": card.key, "card_name": card.name, "card_origin": getattr(card, "origin", "cardbook"),
         "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-        "iotrace": __version__, "git_commit": _git_commit(), "machine": platform.machine(),
+        "iotrace": __version__, "git": git_info(), "machine": platform.machine(),
         "cuda_runtime": torch.version.cuda, "gpu": gpu,
     }
     if gpu:

@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from iotrace.checkout import git_info  # the manifest records which source ran
+
 __all__ = ["SCHEMA", "Manifest", "device_info", "git_info", "utc_now", "versions"]
 
 SCHEMA = "iotrace.run-manifest/1"
@@ -129,23 +131,3 @@ def device_info(timeout_s: float = 30) -> dict[str, Any]:
     return {"name": fields[0], "driver": fields[1], "cc": fields[2], "memory": fields[3], "note": None,
             "gpus": len(lines)}
 
-
-def git_info(timeout_s: float = 30) -> dict[str, Any]:
-    """The commit of the iotrace source that ran (and whether it had uncommitted changes), if it is a git checkout."""
-    import iotrace
-
-    source = Path(iotrace.__file__).resolve().parent
-    git = shutil.which("git")
-    if git is None:
-        return {"commit": None, "dirty": None, "note": "git is not installed: commit unknown"}
-    try:
-        head = subprocess.run([git, "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=timeout_s)
-        if head.returncode != 0:
-            return {"commit": None, "dirty": None,
-                    "note": f"{source} is not in a git checkout (an installed package): commit unknown"}
-        status = subprocess.run([git, "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"commit": None, "dirty": None, "note": f"git failed: {exc}"}
-    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()), "note": None}
