@@ -33,18 +33,17 @@ class Subject:
 NOTES: dict[str, tuple[str, list[Subject]]] = {
     "kernel-gemm": ("Kernel note 3a: tiled GEMM", [
         Subject("gemm", "llama-3-8b-mlp-up-prefill-2k", "bf16",
-                {"BLOCK_M": (64, 128), "BLOCK_N": (128, 256), "BLOCK_K": 64, "num_stages": 3, "num_warps": 8,
-                 "USE_TMA": False})]),
+                {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "USE_TMA": False})]),
     "kernel-attention": ("Kernel note 3b: FlashAttention, prefill and decode", [
         Subject("attention-prefill", "llama-3-8b-prefill-2k", "bf16",
-                {"BLOCK_M": (64, 128), "BLOCK_N": (64, 128), "num_stages": 2, "num_warps": 4, "USE_TMA": False}),
+                {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "USE_TMA": False}),
         Subject("attention-decode", "llama-3-8b-ctx8k-b32", "bf16",
-                {"NUM_SPLITS": (1, 4, 16), "BLOCK_N": 64, "num_stages": 2, "num_warps": 4})]),
+                {"BLOCK_N": 128, "NUM_SPLITS": 4, "num_warps": 2})]),
     "kernel-rmsnorm": ("Kernel note 3c: fused RMSNorm", [
         Subject("rmsnorm", "llama-3-8b-prefill-2k-residual", "bf16", {})]),
     "kernel-int8-kv": ("Kernel note 3d: decode over an INT8 KV cache", [
         Subject("attention-decode-int8", "llama-3-8b-ctx8k-b32-paged", "bf16",
-                {"NUM_SPLITS": (1, 4, 16), "BLOCK_N": 64, "num_stages": 2, "num_warps": 4})]),
+                {"BLOCK_N": 128, "NUM_SPLITS": 4, "num_warps": 2})]),
     "kernel-draft-verify": ("Kernel note 3e: speculative draft-verify", [
         Subject("draft-verify", "llama-3-b64-g4", "fp32", {"BLOCK_V": 1024})]),
 }
@@ -118,12 +117,14 @@ def _pruning_text(spec, shape, dtype, fix: dict[str, Any]) -> str:
                      f"{num(e.occupancy.occupancy_pct)}%", ", ".join(e.occupancy.limiters),
                      num(e.prediction.time_us), e.prediction.bound])
     major, minor = card.sm_limits.cc
-    lines = [f"The kernel's `space()` already leaves out configs whose staged tiles cannot fit the card. Of the slice "
-             f"{slice_text or '(the whole space)'}, {len(entries)} configs compiled for sm_{major}{minor} "
-             f"({card.name}): **{len(pruned)} pruned** from their compiled resources before any launch, "
-             f"{len(ranked)} ranked by the cost model (`iotrace/autotune/model.py`, modelled)."]
+    lines = [f"A slice of it, {slice_text or 'the whole space'}: {len(entries)} configs compiled for sm_{major}{minor} "
+             f"({card.name}), **{len(pruned)} pruned** from their compiled resources before any launch (they cannot "
+             f"run on this card), {len(ranked)} ranked by the cost model (`iotrace/autotune/model.py`, modelled); "
+             "spills are flagged, not pruned. `iotrace tune " + spec.name + " --static` prunes the whole space."]
     if pruned:
-        lines += ["", table(["pruned config", "why"], [[_config_text(e.config, fix), e.pruned] for e in pruned])]
+        from iotrace.trace.render.markdown import md  # the compiler's words may hold Markdown's special characters
+
+        lines += ["", table(["pruned config", "why"], [[_config_text(e.config, fix), md(e.pruned)] for e in pruned])]
     lines += ["", table(["rank", "config", "registers", "shared B", "spills", "occupancy", "limiter",
                          "predicted µs", "bound"], rows)]
     return "\n".join(lines)
