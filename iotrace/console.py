@@ -192,7 +192,8 @@ def print_selfcheck(console: Console, result, out) -> None:
         for column in ("kernel", "preset", "correct", "µs", "TFLOP/s", "GB/s", "speedup vs baselines"):
             table.add_column(column)
         for row in rows:
-            speedups = ", ".join(f"{escape(name)} {b['speedup']}×" if "speedup" in b else f"{escape(name)}: error"
+            speedups = ", ".join(f"{escape(name)} {b['speedup']}×" if "speedup" in b else
+                                 f"{escape(name)} {b['us']} µs" if "us" in b else f"{escape(name)}: error"
                                  for name, b in row.get("baselines", {}).items())
             table.add_row(escape(row["kernel"]), escape(str(row["preset"])), str(row["correct"]),
                           *(num(row[k]) if row.get(k) is not None else "—" for k in ("us", "tflops", "gbps")),

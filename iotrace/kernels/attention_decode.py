@@ -265,7 +265,8 @@ class DecodeSpec(DecodeShapes):
 
     def baselines(self, inputs: Mapping[str, torch.Tensor], shape: Shape, dtype: str) -> Baselines:
         """torch SDPA over the whole cache (a ragged batch's padding included: SDPA has no per-sequence length), and
-        a copy of K and V: the bandwidth ceiling decode can reach."""
+        a copy of K and V: a bandwidth reference, not a rival (it reads and writes them, twice the bytes decode
+        reads), so compare its GB/s with decode's, not its time."""
         from torch.nn.functional import scaled_dot_product_attention
 
         k, v = inputs["k_cache"], inputs["v_cache"]

@@ -205,8 +205,8 @@ def verify_reference(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p
     q, p, u = q.double(), p.double(), u.double()
     draft, lens = draft.long(), lens.long()
     rows = torch.arange(batch, device=p.device)
-    still = torch.ones(batch, dtype=torch.bool)
-    accepted = torch.zeros(batch, dtype=torch.long)
+    still = torch.ones(batch, dtype=torch.bool, device=p.device)
+    accepted = torch.zeros(batch, dtype=torch.long, device=p.device)
     for i in range(gamma):
         if greedy:
             ok = draft[:, i] == p[:, i].argmax(-1)
@@ -343,7 +343,8 @@ class DraftVerifySpec(KernelSpec):
             nbytes = batch * ((gamma + 1) * vocab * 4 + vocab * 4 + gamma * (4 + 4 + 4 + 4) + 4 + 8)
             flops = batch * ((gamma + 1) * 4 * vocab + 6 * vocab)
             formula = ("bytes = B·((γ+1)·V·4 [logits rows, softmax fused] + V·4 [q row at the emitting position] "
-                       "+ 16·γ [draft, logits, q, u scalars] + 12)")
+                       "+ 16·γ [draft, logits, q, u scalars] + 12); a minimum: the emitting row's re-reads are "
+                       "assumed to hit L2")
         else:
             nbytes = batch * (2 * vocab * 4 + gamma * (4 + 4 + 4 + 4) + 4 + 8)
             flops = batch * 4 * vocab

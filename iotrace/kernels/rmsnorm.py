@@ -214,7 +214,8 @@ class RMSNormSpec(KernelSpec):
 
     def baselines(self, inputs: Mapping[str, torch.Tensor], shape: Shape, dtype: str) -> Baselines:
         """Eager torch (the unfused add, then the norm in fp32), the same compiled by torch.compile (its first call
-        compiles, so time it after a warm-up), and a copy of x: the bandwidth ceiling a norm can reach."""
+        compiles, so time it after a warm-up), and a copy of x: a bandwidth reference (it reads and writes x), so
+        compare its GB/s with the norm's, not its time."""
         x, w, r = inputs["x"], inputs["w"], inputs.get("r")
         copy_dst = torch.empty_like(x)
 

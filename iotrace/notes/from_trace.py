@@ -155,14 +155,18 @@ def add_report_sections(note: Note, report: Any, prefix: str, images: bool = Tru
     worked = "\n\n".join(f"**#{k.kernel_id} {_md(k.name, 90)}**\n\n{identities_for(k)}"
                          for k in report.kernels[:MAX_KERNELS])
     note.add(f"{prefix}-identities", "What the identities say", worked)
+    has_stalls = any(k.stall_shares() for k in report.kernels)
+    missing = "\n".join(f"- {_md(u['line'])}" for u in report.unavailable if u["report"] == "warp stalls")
+    parts = []
     if images:
         roof, stalls = f"{note.name}-{prefix}-roofline.png", f"{note.name}-{prefix}-stalls.png"
-        note.images += [Image(roof, roofline_figure(report), "hierarchical roofline"),
-                        Image(stalls, stalls_figure(report), "warp stall shares")]
-        note.add(f"{prefix}-figures", "Roofline and warp stalls", f"![hierarchical roofline](img/{roof})",
-                 f"![warp stall shares](img/{stalls})", stall_table(report))
-    else:
-        note.add(f"{prefix}-figures", "Warp stalls", stall_table(report))
+        note.images.append(Image(roof, roofline_figure(report), "hierarchical roofline"))
+        parts.append(f"![hierarchical roofline](img/{roof})")
+        if has_stalls:
+            note.images.append(Image(stalls, stalls_figure(report), "warp stall shares"))
+            parts.append(f"![warp stall shares](img/{stalls})")
+    parts.append(stall_table(report) if has_stalls else missing or "Warp stalls: not in this trace.")
+    note.add(f"{prefix}-figures", "Roofline and warp stalls" if images else "Warp stalls", *parts)
     note.add(f"{prefix}-occupancy", "Occupancy", occupancy_table(report))
     note.add(f"{prefix}-findings", "Findings", findings_list(report.findings))
 

@@ -46,7 +46,7 @@ def _sgemm_walk(report) -> str:
     first = report.kernels[0]
     for k in report.kernels:
         roof, occ = k.roofline, k.occupancy
-        dram = roof.levels[0].bytes if roof is not None else None
+        dram = roof.dram_bytes if roof is not None else None
         rows.append([from_trace._md(k.name.split("<")[0].removeprefix("void ")), k.registers,
                      num(k.duration_ns / 1e3), f"{num(first.duration_ns / k.duration_ns)}×",
                      num(dram / 1e6) if dram else "—", num(roof.intensity) if roof and roof.intensity else "—",
@@ -60,14 +60,19 @@ def _sgemm_reading(report) -> str:
     ks = report.kernels
     limited = [k for k in ks if k.occupancy is not None and "registers" in k.occupancy.limiters]
     most = max(ks, key=lambda k: k.registers or 0)
-    dram = [k.roofline.levels[0].bytes for k in ks]
+    dram = [k.roofline.dram_bytes if k.roofline else None for k in ks]
+    if None in dram:
+        return "The report lacks DRAM bytes for some variants: the walk cannot be told in bytes."
+    shares = [k.roofline.pct_of_attainable for k in ks if k.roofline.pct_of_attainable is not None]
+    bounds = sorted({k.roofline.bound for k in ks if k.roofline.bound})
     return (f"Each step keeps more of the tile in registers, so fewer bytes cross DRAM per FLOP: DRAM traffic falls "
             f"from {num(dram[0] / 1e6)} MB to {num(dram[-1] / 1e6)} MB ({num(dram[0] / dram[-1])}× less) and the "
             f"intensity rises with it, while time falls {num(ks[0].duration_ns / ks[-1].duration_ns)}×. The price "
             f"is registers: {len(limited)} of {len(ks)} variants are register-limited (up to {most.registers} "
-            "registers per thread), so occupancy drops as the kernel gets faster. Low occupancy is not a fault "
-            "here: the warps that remain have enough independent FMAs in flight (instruction-level parallelism) to "
-            "hide latency, which is what the tiling buys.")
+            "registers per thread), so occupancy drops as the kernel gets faster. Every variant is still "
+            f"{' and '.join(bounds)}-bound, at {num(min(shares))}% to {num(max(shares))}% of its attainable roof: "
+            "the tiling bought fewer bytes and more work per thread, not saturation. The findings below point at "
+            "what is left (occupancy and latency hiding); the report has no stall counters to say which stall.")
 
 
 def build(corpus: Path, images: bool = True) -> Note:
@@ -81,9 +86,10 @@ def build(corpus: Path, images: bool = True) -> Note:
         "cards": f"{dot.card.name if dot.card else 'unknown'}; {sgemm.card.name if sgemm.card else 'unknown'}",
         "kind": "measured (by the reports' authors, on real GPUs); read by iotrace"})
     note.add("reading", "How to read a stall",
-             "Nsight Compute samples, for every warp scheduler, why each eligible warp did not issue. "
+             "Nsight Compute's warp-state counters record, cycle by cycle, how many warps were stalled and why. "
              "`smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio` is the number of warps stalled "
-             "for that reason per issued instruction; iotrace ranks the reasons by their share of the total. A "
+             "for that reason per issued instruction (the `smsp__pcsamp_*` family is the sampled view of the same); "
+             "iotrace ranks the reasons by their share of the total. A "
              "reason is only worth fixing when it is large *and* the kernel is not already at a roof: a "
              "memory-bound kernel at 90% of DRAM bandwidth will show long scoreboard and nothing will fix it but "
              "fewer bytes.")

@@ -38,16 +38,23 @@ def int_or_none(value: Any) -> int | None:
 
 
 def attach_launch_times(kernels: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
-    """Each kernel's ``launch_ns``: the start of the API call that launched it, matched by correlation id (missing
-    when the file holds no such call). Kernel start minus it is the launch latency the timeline report shows."""
-    if not len(kernels) or not len(calls) or "correlation_id" not in kernels:
+    """Each kernel's ``launch_ns``: the start of the API call that launched it (missing when the file holds none).
+    Kernel start minus it is the launch latency the timeline report shows.
+
+    CUPTI numbers correlation ids per process, so one id can belong to calls of several processes in one export:
+    the launching call is the latest call with the kernel's id that began no later than the kernel did.
+    """
+    if not len(kernels) or not len(calls) or "correlation_id" not in kernels or "start_ns" not in kernels:
         return kernels
-    calls = calls.assign(correlation_id=pd.to_numeric(calls["correlation_id"], errors="coerce").astype("Int64"))
-    calls = calls.dropna(subset=["correlation_id"]).drop_duplicates("correlation_id", keep="last")
-    ids = pd.to_numeric(kernels["correlation_id"], errors="coerce").astype("Int64")
-    when = dict(zip(calls["correlation_id"], calls["time_ns"], strict=False))
-    launch = pd.array([when.get(i) if i is not pd.NA else None for i in ids], dtype="Int64")
-    return kernels.assign(launch_ns=launch)
+    # Int64 throughout: epoch timestamps in ns pass 2^53, past which a float64 detour would round them.
+    calls = pd.DataFrame({"correlation_id": pd.to_numeric(calls["correlation_id"], errors="coerce").astype("Int64"),
+                          "time_ns": pd.to_numeric(calls["time_ns"], errors="coerce").astype("Int64")}).dropna()
+    wanted = pd.DataFrame({"row": np.arange(len(kernels)),
+                           "correlation_id": pd.to_numeric(kernels["correlation_id"], errors="coerce").astype("Int64"),
+                           "start_ns": pd.to_numeric(kernels["start_ns"], errors="coerce").astype("Int64")}).dropna()
+    pairs = wanted.merge(calls, on="correlation_id")
+    latest = pairs[pairs["time_ns"] <= pairs["start_ns"]].groupby("row")["time_ns"].max()
+    return kernels.assign(launch_ns=latest.reindex(range(len(kernels))).astype("Int64").to_numpy())
 
 
 def attach_paths(kernels: pd.DataFrame, ranges: pd.DataFrame, calls: pd.DataFrame) -> tuple[pd.DataFrame,

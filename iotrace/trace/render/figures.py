@@ -143,7 +143,9 @@ def timeline_figure(report: Report) -> go.Figure | None:
     if report.timeline is None or report.timeline.top_kernels.empty:
         return None
     top = report.timeline.top_kernels
-    fig = go.Figure(go.Bar(x=top["total_ns"] / 1e6, y=[safe(n, 50) for n in top["name"]], orientation="h",
+    # Ranked labels: C++ template names often share their first 50 characters, and plotly merges equal categories.
+    labels = [f"{rank}. {safe(n, 50)}" for rank, n in enumerate(top["name"], 1)]
+    fig = go.Figure(go.Bar(x=top["total_ns"] / 1e6, y=labels, orientation="h",
                            hovertemplate="%{y}<br>%{x:.3f} ms<extra></extra>"))
     fig.update_layout(title="Top kernels by total time (measured)", xaxis_title="ms", template="plotly_white",
                       height=max(300, 60 + 30 * len(top)), width=1000, yaxis={"autorange": "reversed"})

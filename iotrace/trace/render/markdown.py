@@ -45,7 +45,7 @@ def _findings(findings: list[Finding]) -> list[str]:
 
 def report_markdown(report: Report, details: int = 5, images: dict[str, str] | None = None) -> str:
     meta = report.meta
-    lines = ["# iotrace report", "", f"`{md(meta.get('source'))}` — {md(meta.get('format'))} ({md(meta.get('tool'))}, "
+    lines = ["# iotrace report", "", f"{md(meta.get('source'))} — {md(meta.get('format'))} ({md(meta.get('tool'))}, "
              f"version {md(meta.get('version') or 'not stated')}); card: "
              f"{md(report.card.name if report.card else 'none')} ({md(report.card_source)})", ""]
     rows = []
@@ -96,8 +96,8 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
 
 
 def diff_markdown(diff: Diff) -> str:
-    lines = ["# iotrace diff", "", f"before `{md(diff.before.meta.get('source'))}`, after "
-             f"`{md(diff.after.meta.get('source'))}`", ""]
+    lines = ["# iotrace diff", "", f"before {md(diff.before.meta.get('source'))}, after "
+             f"{md(diff.after.meta.get('source'))}", ""]
     for r in diff.kernels.to_dict("records"):
         lines += [f"## {md(r['before'], 60)} → {md(r['after'], 60)}", "", f"matched by: {r['match']}", ""]
         rows = [["time per launch", duration(r["duration_ns_before"]), duration(r["duration_ns_after"]),
