@@ -11,9 +11,10 @@ card=$($py -c 'from iotrace.cards import detect; print(detect().key)')
 out=bench/sweeps
 mkdir -p "$out"
 export TRITON_INTERPRET=0
-record() {  # kernel dtype preset
+mkdir -p "$out/tune-output"
+record() {  # kernel dtype preset; the tune's own JSON goes aside, so the glob below sees sweeps only
   .venv/bin/iotrace tune "$1" --dtype "$2" --preset "$3" --strategy exhaustive --no-cache \
-    --record "$out/$1-$card-$3.json" --json > "$out/$1-$card-$3.tune.json"
+    --record "$out/$1-$card-$3.json" --json > "$out/tune-output/$1-$card-$3.json"
   echo "recorded $out/$1-$card-$3.json"
 }
 record gemm fp16 square-4096

@@ -11,15 +11,14 @@ random search. Needs no GPU: the sweep answers every measurement.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
-from iotrace.autotune.replay import curve
+from iotrace.autotune.replay import curve, static_of
+from iotrace.autotune.space import config_key
 from iotrace.autotune.strategies import STRATEGIES
 from iotrace.autotune.sweep import load_sweep
-from iotrace.autotune.tuner import TuneOptions, tune
 from iotrace.plugins import kernel
 
 FRACTIONS = (0.05, 0.1, 0.2, 0.5, 1.0)
@@ -30,23 +29,26 @@ def main(paths: list[str]) -> None:
     for path in paths:
         sweep = load_sweep(Path(path))
         spec = kernel(sweep.kernel)
-        launchable = [r for r in sweep.rows if r.measured_us is not None or r.verified is False]
-        pruned = len(sweep.rows) - len(launchable)
+        static = static_of(spec, sweep)
+        launchable = len(static.static.launchable)
+        pruned = len(sweep.rows) - launchable
         print(f"\n{path}\n  {sweep.provenance.get('how', '')}")
         print(f"  {len(sweep.rows)} configs, {pruned} pruned statically ({pruned / len(sweep.rows):.0%}); "
               f"best measured {sweep.best_us:.4g} µs")
-        static = tune(spec, {}, "", None, TuneOptions(replay=sweep, budget=1, use_cache=False))
-        predicted = {json.dumps(r.config, sort_keys=True): r.entry.predicted_us for r in static.results
+        predicted = {config_key(r.config): r.entry.predicted_us for r in static.results
                      if r.entry.predicted_us is not None}
         fastest = min(predicted.values())
-        best_row = min((r for r in launchable if r.verified is not False and r.measured_us is not None),
+        best_row = min((r for r in sweep.rows if r.verified is not False and r.measured_us is not None),
                        key=lambda r: r.measured_us or math.inf)
-        best_pred = predicted[json.dumps(best_row.config, sort_keys=True)]
+        best_pred = predicted.get(config_key(best_row.config))
+        if best_pred is None:
+            print("  the measured best is pruned by today's static phase: the model and the sweep disagree")
+            continue
         for cut in MODEL_CUTS:
             cut_out = sum(1 for t in predicted.values() if t > cut * fastest)
             print(f"  a model cut at {cut}x the best prediction would drop {cut_out / len(sweep.rows):.0%} more; "
                   f"the measured best {'survives' if best_pred <= cut * fastest else 'would be LOST'}")
-        budgets: list[int | None] = [max(1, math.floor(f * len(launchable))) for f in FRACTIONS]
+        budgets: list[int | None] = [max(1, math.floor(f * launchable)) for f in FRACTIONS]
         print("  strategy     " + "".join(f"{f:>9.0%}" for f in FRACTIONS) + "   (fraction of the best reached)")
         for name in STRATEGIES:
             points = curve(spec, sweep, name, budgets, seeds=20 if name == "random" else 1)

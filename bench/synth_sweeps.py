@@ -16,9 +16,9 @@ import math
 import random
 import sys
 from datetime import UTC, datetime
-from importlib.metadata import version
 from pathlib import Path
 
+from iotrace import __version__
 from iotrace.autotune.fingerprint import fingerprint, triton_version
 from iotrace.autotune.space import kernel_space
 from iotrace.autotune.static import static_phase
@@ -64,7 +64,7 @@ def synthesise(name: str, dtype: str, preset: str, card_name: str, fix: dict) ->
            "row is marked wrong on purpose. A stand-in for strategy tests until a GPU records the real sweep")
     command = f"python bench/synth_sweeps.py ({name} {dtype} {preset} {card_name}{' ' + fixed if fixed else ''})"
     sweep = Sweep(spec.name, "triton", dtype, shape, fingerprint(card, on_gpu=False).to_dict(),
-                  {"how": how, "command": command, "iotrace": version("iotrace"), "triton": triton_version(),
+                  {"how": how, "command": command, "iotrace": __version__, "triton": triton_version(),
                    "date": datetime.now(UTC).isoformat(timespec="seconds"), "sigma": SIGMA, "seed": SEED,
                    "fix": fix}, rows)
     tag = "-" + fixed.replace("=", "").replace(",", "-") if fixed else ""

@@ -188,7 +188,7 @@ def lookup(name: str) -> Card:
     return card_book().lookup(name)
 
 
-def _local_device() -> dict[str, Any] | None:
+def local_device() -> dict[str, Any] | None:
     """Name, vendor, CC, SM count and memory of GPU 0 from torch.cuda or CuPy, or None when neither sees one."""
     try:
         import torch
@@ -229,7 +229,7 @@ def detect(name: str | None = None) -> Card:
         return lookup(chosen)
     if name is not None:  # an explicit empty name
         return lookup(name)
-    device = _local_device()
+    device = local_device()
     if device is None:
         raise NoGpuError("no GPU found (torch.cuda and CuPy see none) and no card was named",
                          f"pass --card NAME or set {ENV_CARD} (see `iotrace cards`)")

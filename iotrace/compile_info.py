@@ -338,6 +338,13 @@ def compile_each(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int], 
             if progress is not None:
                 progress(1)
     batches: list[list[tuple[int, str]]] = []
+
+    def _alone(unit: TritonUnit, cc: int) -> dict[str, Any]:
+        try:
+            return _run_worker([unit], cc)[0]
+        except CompileError as exc:
+            return {"error": exc.problem, "fix": exc.fix}
+
     if triton_todo:
         workers = max(1, min(jobs or os.cpu_count() or 1, len(triton_todo)))
         size = max(1, min(UNITS_PER_WORKER, -(-len(triton_todo) // workers)))
@@ -346,8 +353,11 @@ def compile_each(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int], 
         def work(batch: list[tuple[int, str]]) -> None:
             try:
                 answers = _run_worker([units[i] for i, _ in batch], cc_number)  # type: ignore[misc]
-            except CompileError as exc:  # the worker itself died or timed out: every unit it held is unanswered
-                answers = [{"error": exc.problem, "fix": exc.fix}] * len(batch)
+            except CompileError as exc:  # the worker died or timed out: one unit did it, so ask each on its own
+                if len(batch) == 1:
+                    answers = [{"error": exc.problem, "fix": exc.fix}]
+                else:
+                    answers = [_alone(units[i], cc_number) for i, _ in batch]  # type: ignore[arg-type]
             for (i, key), answer in zip(batch, answers, strict=True):
                 if "error" in answer:
                     results[i] = CompileError(answer["error"], answer["fix"])

@@ -45,13 +45,20 @@ _NOISY = pytest.StashKey[dict[str, str]]()
 _RESULTS = pytest.StashKey[dict[str, "tuple[BenchResult, str]"]]()
 
 
-def _fraction(text: str) -> float:
+def _above_zero(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 10:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction above 0, e.g. 0.8")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number above 0, e.g. 0.05")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _above_zero(text)
+    if value > 1:  # no kernel beats its roofline: a floor above 1 would fail every benchmark
+        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction above 0 and at most 1, e.g. 0.8")
     return value
 
 
@@ -65,15 +72,22 @@ def _count(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more (a benchmark needs a timed round)")
+    return value
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("iotrace", "iotrace kernel benchmarks (regression gates on pytest-benchmark)")
     group.addoption("--iotrace-roofline-floor", type=_fraction, default=None, metavar="FRACTION",
                     help="fail a kernel benchmark reaching less than FRACTION of its attainable roofline on its card "
                          "(e.g. 0.8); off by default")
-    group.addoption("--iotrace-max-cv", type=_fraction, default=0.05, metavar="CV",
+    group.addoption("--iotrace-max-cv", type=_above_zero, default=0.05, metavar="CV",
                     help="a benchmark whose rounds vary more than this coefficient of variation (stddev/mean) is "
                          "reported as noisy and not judged by any gate (default 0.05)")
-    group.addoption("--iotrace-rounds", type=_count, default=20, metavar="N",
+    group.addoption("--iotrace-rounds", type=_positive, default=20, metavar="N",
                     help="timed rounds per kernel benchmark (default 20)")
     group.addoption("--iotrace-warmup", type=_count, default=3, metavar="N",
                     help="untimed warm-up rounds before them (default 3)")
@@ -243,8 +257,7 @@ class KernelBench:
         from iotrace.runner import resolve_config
 
         spec = find_kernel(kernel)
-        chosen = spec.check_shape(dict(spec.presets[preset]) if preset is not None else
-                                  dict(shape or spec.default_shape))
+        chosen = spec.shape_for(preset, shape)
         dtype = spec.check_dtype(dtype or spec.dtypes[0])
         found = detect(card)
         resolved = resolve_config(spec, chosen, dtype, found, backend, config)
@@ -264,7 +277,7 @@ class KernelBench:
 
         _require_gpu()
         timer, _ = _gpu_timer(fn)
-        rounds = max(1, self.config.getoption("iotrace_rounds"))
+        rounds = self.config.getoption("iotrace_rounds")
         return statistics.median(timer() for _ in range(rounds))
 
     def measure(self, fn: Callable[[], Any], *, cost: Cost, card: Card, rounds: int | None = None,

@@ -88,6 +88,17 @@ def test_compile_cache_hit_on_a_second_run(tmp_path: Path, monkeypatch: pytest.M
     assert warm_s * 8 <= cold.seconds, f"warm {warm_s:.3f} s against cold {cold.seconds:.3f} s"
 
 
+def test_a_budget_bounds_measurements_not_the_interpreter_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--budget 1 on a CPU: no GPU measurement to bound, so the interpreter still checks its top three (no
+    BudgetSpent escaping as a traceback) and the note says the budget was not used."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    from iotrace_tune_kernel import DoubleSpec  # type: ignore[import-not-found]
+
+    result = tune(DoubleSpec(), {"n": 20_011}, "fp32", lookup("h100"), TuneOptions(budget=1, use_cache=False))
+    assert result.mode == "interpreter" and sum(1 for r in result.results if r.verified is not None) >= 3
+    assert any("--budget and --time steer measurements" in note for note in result.notes)
+
+
 def test_a_wrong_config_is_rejected_by_verification(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(PLUGINS))  # compile workers import the plugin's module by name from sys.path
     from iotrace_tune_kernel import WRONG, DoubleSpec  # type: ignore[import-not-found]
@@ -140,7 +151,9 @@ def test_static_tune_of_a_gemm_slice_ranks_and_prunes() -> None:
     (["gemm", "--card", "t4", "--dtype", "bf16"], "Tesla T4 (CC 7.5) has no bf16_tensor peak"),
     (["gemm", "--card", "h100", "--replay", "/nonexistent/sweep.json"], "no sweep file /nonexistent/sweep.json"),
     (["gemm", "--card", "mi300x"], "has no CUDA compute capability"),
-    (["gemm", "--card", "h100", "--record", "x.json"], "only GPU measurements are recorded"),
+    (["gemm", "--card", "h100", "--strategy", "exhaustive", "--record", "x.json"],
+     "only GPU measurements are recorded"),
+    (["gemm", "--card", "h100", "--record", "x.json"], "--record x.json needs every config measured"),
     (["gemm", "--card", "h100", "--fix", "BLOCK_Q=1"], "gemm has no tuning parameter BLOCK_Q"),
     (["gemm", "--card", "h100", "-o", "x.png"], "the tune chart is written as HTML"),
 ])

@@ -157,3 +157,19 @@ def test_a_cache_of_another_schema_is_refused(tmp_path: Path) -> None:
         db.execute("UPDATE meta SET value = '0' WHERE key = 'schema'")
     with pytest.raises(DataFileError, match="has schema 0"):
         TuneCache(cache)
+
+
+def test_a_row_serves_only_the_shape_it_was_measured_at(tmp_path: Path) -> None:
+    """Rows are keyed by the shape's bucket, but M=4000's time is not M=4096's, and M=4096's check never saw
+    M=4000's ragged edges: another shape of the bucket is a miss, and measuring it replaces the row."""
+    from iotrace.autotune.backends import Measurement
+    from iotrace.autotune.cache import CacheKey, TuneCache
+
+    key = CacheKey("card", "triton", "hash", "gemm", "triton", "gpu", "M=4096", "fp16")
+    config = {"BLOCK_M": 64}
+    with TuneCache(tmp_path / "tune.sqlite3") as cache:
+        cache.put(key, config, {"M": 4096}, Measurement("ok", 10.0, None, None, True, "t"))
+        assert cache.get(key, config, {"M": 4096}).time_us == 10.0
+        assert cache.get(key, config, {"M": 4000}) is None
+        cache.put(key, config, {"M": 4000}, Measurement("ok", 9.5, None, None, True, "t"))
+        assert cache.get(key, config, {"M": 4000}).time_us == 9.5 and cache.get(key, config, {"M": 4096}) is None

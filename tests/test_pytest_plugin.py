@@ -125,9 +125,12 @@ def test_gemm(kernel_bench):
 
 def test_bad_option_values_are_refused(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
-    result = pytester.runpytest_subprocess("--iotrace-roofline-floor=-1")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--iotrace-roofline-floor*must be a fraction above 0*"])
+    for option, message in (("--iotrace-roofline-floor=-1", "must be a number above 0"),
+                            ("--iotrace-roofline-floor=2", "must be a fraction above 0 and at most 1"),
+                            ("--iotrace-rounds=0", "must be 1 or more")):
+        result = pytester.runpytest_subprocess(option)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*{option.split('=')[0]}*{message}*"])
 
 
 def test_the_plugin_imports_nothing_heavy() -> None:

@@ -99,9 +99,23 @@ class InterpreterBackend:
             ok, note, _ = self._checker.check(config)
         except IotraceError as exc:
             return Measurement("failed", None, None, None, None, "none", exc.problem)
+        except Exception as exc:  # numpy or Triton raising under the interpreter for this config alone
+            return Measurement("failed", None, None, None, None, "none", _one_line(exc))
         shape = ",".join(f"{k}={v}" for k, v in self.shape.items())
         timing = f"none: Triton interpreter check on {shape} (interpreted speed says nothing about a GPU)"
         return Measurement("ok" if ok else "wrong", None, None, None, ok, timing, note)
+
+
+class CudaContextError(IotraceError):
+    """A CUDA error (an illegal address, a launch failure) leaves the context unusable for every later launch."""
+
+
+def _stop_on_cuda_error(exc: Exception, config: Config) -> None:
+    """Raise when ``exc`` is a CUDA error: every later config would fail the same way and be cached as failed for
+    good. A config's own failures (Triton's OutOfResources, a compile error) are results and pass through."""
+    if "CUDA error" in str(exc) or type(exc).__name__ in ("AcceleratorError", "CudaError"):
+        raise CudaContextError(f"config {config} hit a CUDA error ({_one_line(exc)}); the GPU context is unusable",
+                               "rerun the tune: configs measured so far are cached, this one is not") from exc
 
 
 class GpuBackend:
@@ -123,7 +137,8 @@ class GpuBackend:
         try:
             ok, note, outputs = checker.check(config)
             torch.cuda.synchronize()
-        except Exception as exc:  # Triton's OutOfResources, a CUDA error: this config failed, not the tune
+        except Exception as exc:  # Triton's OutOfResources, a compile error: this config failed, not the tune
+            _stop_on_cuda_error(exc, config)
             return Measurement("failed", None, None, None, None, "none", _one_line(exc))
         if not ok:
             return Measurement("wrong", None, None, None, False, "none: not timed, the output is wrong", note)
@@ -139,6 +154,7 @@ class GpuBackend:
                 median, p20, p80 = triton.testing.do_bench_cudagraph(call, rep=REP_MS, quantiles=quantiles)
                 timing = "triton.testing.do_bench_cudagraph (median; L2 warm between replays)"
         except Exception as exc:  # as above
+            _stop_on_cuda_error(exc, config)
             return Measurement("failed", None, None, None, True, "none", f"timing failed: {_one_line(exc)}")
         return Measurement("ok", median * 1e3, p20 * 1e3, p80 * 1e3, True, timing)
 

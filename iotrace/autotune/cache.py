@@ -1,7 +1,8 @@
 """The tuning cache: one SQLite row per measured config, under ``$XDG_CACHE_HOME/iotrace/tune.sqlite3``.
 
 Key: card fingerprint (name, CC, SM count, driver, CUDA), Triton version, kernel source hash, kernel, backend,
-method (``gpu`` timing or ``interpreter`` check), shape bucket, dtype, config. A changed space therefore re-measures
+method (``gpu`` timing or ``interpreter`` check), shape bucket, dtype, config; a row serves only the exact shape it
+was measured at (another shape of its bucket re-measures and replaces it). A changed space therefore re-measures
 only configs it has not seen; an edited kernel (new source hash) or a new driver measures afresh.
 
 Safety, from SQLite's own guarantees (https://www.sqlite.org/wal.html, https://www.sqlite.org/atomiccommit.html):
@@ -140,9 +141,10 @@ class TuneCache:
                     db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
                 db.execute("COMMIT")
                 return db, row
-            except sqlite3.OperationalError as exc:
+            except sqlite3.Error as exc:  # any failure closes the connection; only a lock is waited out
                 db.close()
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                if not isinstance(exc, sqlite3.OperationalError) or "locked" not in str(exc) \
+                        or time.monotonic() > deadline:
                     raise
                 time.sleep(pause)
                 pause = min(pause * 2, 0.5)
@@ -156,14 +158,17 @@ class TuneCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def get(self, key: CacheKey, config: Config) -> Measurement | None:
+    def get(self, key: CacheKey, config: Config, shape: dict[str, int]) -> Measurement | None:
+        """The stored result for ``config`` at exactly ``shape``. Rows are keyed by the shape's bucket (one row per
+        config and bucket), but a row measured at another shape of the bucket is a miss: its time is another
+        shape's, and its check never saw this shape's ragged edges. Measuring again replaces it."""
         from iotrace.autotune.backends import Measurement
 
-        row = self._db.execute(f"SELECT status, time_us, p20_us, p80_us, verified, note, timing FROM results WHERE "
-                               f"{_KEY_WHERE} AND config = ?", (*key.values(), config_key(config))).fetchone()
-        if row is None:
+        row = self._db.execute(f"SELECT status, time_us, p20_us, p80_us, verified, note, timing, shape FROM results "
+                               f"WHERE {_KEY_WHERE} AND config = ?", (*key.values(), config_key(config))).fetchone()
+        if row is None or json.loads(row[7]) != dict(shape):
             return None
-        status, time_us, p20, p80, verified, note, timing = row
+        status, time_us, p20, p80, verified, note, timing, _ = row
         return Measurement(status, time_us, p20, p80, None if verified is None else bool(verified), timing, note,
                            cached=True)
 

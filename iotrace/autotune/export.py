@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +77,7 @@ def export_best(result: TuneResult, path: Path) -> dict[str, Any]:
     entries = load_tuned(path) if Path(path).exists() else []
     entries = [e for e in entries if any(e.get(k) != entry[k] for k in _IDENTITY)] + [entry]
     try:
-        tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+        tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
         tmp.write_text(json.dumps({"format": FORMAT, "version": VERSION, "entries": entries}, indent=1) + "\n",
                        encoding="utf-8")
         tmp.replace(path)  # atomic: a reader never sees half a file

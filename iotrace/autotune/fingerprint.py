@@ -53,11 +53,17 @@ def _driver_version() -> str:
 def fingerprint(card: Card, on_gpu: bool) -> Fingerprint:
     """The fingerprint of ``card``; with ``on_gpu`` the local driver and the CUDA runtime torch was built with."""
     driver = cuda = "none"
-    if on_gpu:
+    name, sm_count = card.name, card.sm_count
+    if on_gpu:  # the device's own name and SM count, not the CardBook's: a cut-down part must not share entries
         import torch
 
+        from iotrace.cards import local_device
+
         driver, cuda = _driver_version(), str(torch.version.cuda or "unknown")
-    return Fingerprint(card.key, card.name, card.cc or "none", card.sm_count, driver, cuda)
+        local = local_device()
+        if local is not None:
+            name, sm_count = local["name"], local["sm_count"]
+    return Fingerprint(card.key, name, card.cc or "none", sm_count, driver, cuda)
 
 
 @functools.cache

@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from iotrace.autotune.sweep import Sweep
-from iotrace.autotune.tuner import TuneOptions, tune
+from iotrace.autotune.tuner import TuneOptions, TuneResult, tune
 
 if TYPE_CHECKING:
     from iotrace.plugins.spec import KernelSpec
 
-__all__ = ["ReplayPoint", "curve", "replay_once"]
+__all__ = ["ReplayPoint", "curve", "replay_once", "static_of"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,12 @@ class ReplayPoint:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def static_of(spec: KernelSpec, sweep: Sweep) -> TuneResult:
+    """The sweep's static phase under today's model (one replayed evaluation): ``.static.launchable`` says which
+    configs can run on the sweep's card, ``.results`` carry each config's prediction."""
+    return tune(spec, {}, "", None, TuneOptions(replay=sweep, budget=1, use_cache=False))  # type: ignore[arg-type]
 
 
 def replay_once(spec: KernelSpec, sweep: Sweep, strategy: str, budget: int | None, seed: int) -> tuple[int, float]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from iotrace import __version__
 from iotrace.autotune.backends import Measurement
 from iotrace.autotune.fingerprint import Fingerprint, triton_version
 from iotrace.autotune.static import StaticEntry, StaticPhase
@@ -101,13 +102,12 @@ class TuneResult:
     def to_sweep(self, command: str = "") -> Sweep:
         """The measured part of this run as a recorded sweep (``--record``)."""
         from datetime import UTC, datetime
-        from importlib.metadata import version
 
         how = (f"measured on {self.fingerprint.name} (driver {self.fingerprint.driver}, CUDA {self.fingerprint.cuda}) "
                f"by `iotrace tune` in {self.mode} mode, strategy {self.strategy}")
         rows = [SweepRow(r.config, r.entry.resources_dict(), r.measured_us, r.verified,
                          r.measurement.note if r.measurement else (r.entry.pruned or "")) for r in self.results]
         return Sweep(self.kernel, self.backend, self.dtype, dict(self.shape), self.fingerprint.to_dict(),
-                     {"how": how, "command": command, "iotrace": version("iotrace"), "triton": triton_version(),
+                     {"how": how, "command": command, "iotrace": __version__, "triton": triton_version(),
                       "date": datetime.now(UTC).isoformat(timespec="seconds"), "evaluations": self.evaluations},
                      rows)

@@ -35,8 +35,9 @@ def shape_text(shape: Mapping[str, int]) -> str:
 def shape_bucket(spec: KernelSpec, shape: Shape) -> Shape:
     """The bucket a tuned config stands for: every size rounded up to a power of two, switches kept.
 
-    Triton's own autotuner keys on the same rounding (``triton.next_power_of_2`` of its ``key`` arguments), so a
-    config measured at M=4000 serves M=4096 and M=3000 too; the exact shape is still stored beside each result.
+    An exported best config serves every shape of its bucket at run time (M=4000 and M=3000 run M=4096's choice),
+    as a deployment cannot tune every size; the tuning cache keys rows by bucket but reuses a measurement only at
+    the exact shape it was taken at.
     """
     return {k: v if k in spec.shape_flags else 1 << max(0, (v - 1).bit_length()) for k, v in shape.items()}
 

@@ -113,6 +113,11 @@ def check_request(spec: KernelSpec, shape: Shape, dtype: str, card: Card, option
         raise InvalidValueError(f"a time budget of {options.time_s} s tunes nothing", "give --time above 0")
     if options.verify_top < 0:
         raise InvalidValueError(f"--verify {options.verify_top} is negative", "give 0 (no checks) or more")
+    if options.record is not None and (options.strategy != "exhaustive" or options.budget is not None
+                                       or options.time_s is not None):
+        # Replays measure strategies against the sweep's best: a sweep with holes would move that best.
+        raise InvalidValueError(f"--record {options.record} needs every config measured",
+                                "record with --strategy exhaustive and no --budget or --time")
     if options.mode is not None and options.mode not in MODES:
         raise InvalidValueError(f"unknown mode {options.mode!r}", f"use one of {', '.join(MODES)}")
     shape = spec.check_shape(shape)
@@ -146,12 +151,16 @@ def _mode(options: TuneOptions, card: Card) -> str:
 
 
 def _local_card_matches(card: Card) -> None:
-    from iotrace.cards import detect
+    """The device itself, not $IOTRACE_CARD, must be the card measurements are filed under (CC and SM count: a
+    cut-down part of the same chip has fewer SMs)."""
+    from iotrace.cards import local_device
 
-    local = detect(None)
-    if local.key != card.key:
-        raise InvalidValueError(f"--card {card.key} is not the GPU here ({local.name}): measurements would be "
-                                "filed under the wrong card", "leave --card out on a GPU, or add --static")
+    local = local_device()
+    if local is None or (local["cc"], local["sm_count"]) != (card.cc, card.sm_count):
+        here = f"{local['name']} (CC {local['cc']}, {local['sm_count']} SMs)" if local else "no GPU"
+        raise InvalidValueError(f"--card {card.key} (CC {card.cc}, {card.sm_count} SMs) is not the GPU here, {here}: "
+                                "measurements would be filed under the wrong card",
+                                "leave --card and $IOTRACE_CARD out on a GPU, or add --static")
 
 
 # --- the job -------------------------------------------------------------------------------------------------
@@ -192,7 +201,8 @@ class _Evaluator:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise BudgetSpent
         config = self.entries[entry_index].config
-        result = self.cache.get(self.key, config) if self.cache is not None and self.key is not None else None
+        result = (self.cache.get(self.key, config, self.shape) if self.cache is not None and self.key is not None
+                  else None)
         if result is None:
             result = self.backend.measure(config)
             self.measured += 1
@@ -257,7 +267,9 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
     evaluator = None
     try:
         if backend is not None:
-            evaluator = _Evaluator(backend, ranking, entries, shape, cache, key, options.budget, options.time_s,
+            measuring = mode in ("gpu", "replay")  # --budget/--time bound measurements; --verify bounds checks
+            evaluator = _Evaluator(backend, ranking, entries, shape, cache, key,
+                                   options.budget if measuring else None, options.time_s if measuring else None,
                                    progress)
             _evaluate(mode, options, evaluator, entries, ranking, progress)
     finally:

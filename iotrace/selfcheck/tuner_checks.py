@@ -44,19 +44,19 @@ def _tune(args: list[str]) -> tuple[dict[str, Any], float]:
 def evaluations_to_reach(path: Path, fraction: float = TARGET_FRACTION) -> dict[str, Any]:
     """The smallest evaluation budget at which model-guided search reaches ``fraction`` of the sweep's best, and
     random search's mean fraction at that budget (10 seeds), on a recorded sweep."""
-    from iotrace.autotune.replay import curve, replay_once
+    from iotrace.autotune.replay import curve, replay_once, static_of
     from iotrace.autotune.sweep import load_sweep
     from iotrace.plugins import kernel
 
     sweep = load_sweep(path)
     spec = kernel(sweep.kernel)
-    launchable = [r for r in sweep.rows if r.measured_us is not None or r.verified is False]
-    budget = next((b for b in range(1, len(launchable) + 1)
+    launchable = len(static_of(spec, sweep).static.launchable)
+    budget = next((b for b in range(1, launchable + 1)
                    if replay_once(spec, sweep, "model", b, seed=0)[1] >= fraction), None)
-    random_at = curve(spec, sweep, "random", [budget or len(launchable)], seeds=10)[0].fraction_mean
+    random_at = curve(spec, sweep, "random", [budget or launchable], seeds=10)[0].fraction_mean
     return {"sweep": path.name, "how": sweep.provenance.get("how", ""), "configs": len(sweep.rows),
-            "launchable": len(launchable), "model_evaluations_to_95pct": budget,
-            "share_of_space": None if budget is None else round(budget / len(launchable), 3),
+            "launchable": launchable, "model_evaluations_to_95pct": budget,
+            "share_of_space": None if budget is None else round(budget / launchable, 3),
             "random_fraction_at_that_budget": round(random_at, 3)}
 
 

@@ -71,6 +71,10 @@ def run_logged(argv: Sequence[str], *, timeout_s: float, log: Path, what: str,
         raise ProfilerTimeoutError(f"{what} did not finish within {timeout_s:g} s and was stopped (log: {log})",
                                    "raise --timeout, or profile a smaller shape (--shape) or fewer kernels "
                                    "(--launch-count)") from None
+    except BaseException:  # Ctrl-C reaches only iotrace (the child has its own session): stop the profiler too
+        _kill_group(proc)
+        proc.wait()
+        raise
     seconds = time.monotonic() - started
     _append(log, argv, stdout, stderr, f"exit {proc.returncode} after {seconds:.1f} s")
     return Finished(argv, proc.returncode, stdout, stderr, seconds)
