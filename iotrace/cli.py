@@ -470,14 +470,10 @@ def _cmd_occupancy(args: argparse.Namespace) -> None:
 
 
 def _write_figure(path: Path, result: Any) -> None:
+    from iotrace.html_figure import write_html
     from iotrace.occupancy_figure import occupancy_figure
 
-    if path.suffix.lower() not in (".html", ".htm"):
-        raise InvalidValueError(f"-o {path}: only .html is written here", "name the file FILE.html")
-    try:
-        occupancy_figure(result).write_html(str(path), include_plotlyjs=True)
-    except OSError as exc:
-        raise InvalidValueError(f"cannot write {path} ({exc.strerror})", "choose a writable path") from exc
+    write_html(occupancy_figure(result), path)
 
 
 def _cmd_kernels(args: argparse.Namespace) -> None:

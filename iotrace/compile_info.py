@@ -240,7 +240,7 @@ def _compiler_version(unit: TritonUnit | CudaUnit) -> str:
     return "triton:" + version("triton") + ":" + os.environ.get("TRITON_PTXAS_PATH", "")
 
 
-def _package_source(module: str) -> bytes:
+def package_source(module: str) -> bytes:
     # The kernel's module and its siblings: @triton.jit helpers are often shared within a package
     # (iotrace/kernels/attention_common.py), and a change to one must recompile every kernel that calls it.
     spec = importlib.util.find_spec(module)
@@ -252,7 +252,7 @@ def _cache_key(unit: TritonUnit | CudaUnit, cc_number: int, sources: dict[str, b
     if isinstance(unit, TritonUnit):
         sources = {} if sources is None else sources
         if unit.module not in sources:
-            sources[unit.module] = _package_source(unit.module)
+            sources[unit.module] = package_source(unit.module)
         source = sources[unit.module]
         fields = json.dumps(asdict(unit), sort_keys=True, default=str).encode()
     else:

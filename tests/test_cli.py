@@ -138,7 +138,7 @@ BAD_INPUT = [
     (["occupancy", "--cc", "8.6", "--threads", "lots", "--regs", "32"], "'lots' is not a whole number"),
     (["occupancy", "--card", "mi300x", "--threads", "256", "--regs", "32"], "no CUDA compute capability"),
     (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "/nonexistent/dir/x.html"], "cannot write"),
-    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "x.png"], "only .html"),
+    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "x.png"], "the figure is written as HTML"),
     (["occupancy", "--threads", "256", "--regs", "32"], "no GPU found (torch.cuda and CuPy see none)"),
     (["card", "rtx 9999"], "no card called 'rtx 9999'"),
     (["math", "decode", "--card", "nonsense-gpu", "--params", "27e9", "--bits", "4"], "no card called"),

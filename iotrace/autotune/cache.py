@@ -18,7 +18,6 @@ retry everything, delete the file (it is only a cache) or pass ``--no-cache``.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import sqlite3
 import time
@@ -68,14 +67,9 @@ def default_path() -> Path:
 def kernel_source_hash(spec: KernelSpec) -> str:
     """SHA-256 (first 16 hex digits) of the spec's module and its package siblings, as the compile cache reads them:
     a change to a shared @triton.jit helper changes every kernel that calls it."""
-    found = importlib.util.find_spec(type(spec).__module__)
-    origin = Path(found.origin) if found and found.origin else None
-    digest = hashlib.sha256()
-    if origin is not None:
-        files = sorted(origin.parent.glob("*.py")) if origin.name != "__main__.py" else [origin]
-        for path in files:
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    from iotrace.compile_info import package_source
+
+    return hashlib.sha256(package_source(type(spec).__module__)).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

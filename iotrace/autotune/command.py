@@ -16,6 +16,7 @@ from pathlib import Path
 from iotrace.autotune.cache import default_path
 from iotrace.cli import _add_card, _mapping, count, number
 from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.html_figure import check_html_path
 
 __all__ = ["TuneInterrupted", "add_arguments", "main"]
 
@@ -75,8 +76,8 @@ def main(args: argparse.Namespace) -> None:
         raise InvalidValueError(f"--jobs {args.jobs} starts no compile worker", "give --jobs 1 or more")
     if args.rows < 0:
         raise InvalidValueError(f"--rows {args.rows} is negative", "give 0 or more")
-    if args.output is not None and args.output.suffix.lower() not in (".html", ".htm"):
-        raise InvalidValueError(f"-o {args.output}: the tune chart is written as HTML", "name the file FILE.html")
+    if args.output is not None:
+        check_html_path(args.output)  # before minutes of compiling, not after
     if args.replay and args.preset is None and args.shape is None:
         shape = None  # a replay takes its shape from the sweep
     else:

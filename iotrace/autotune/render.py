@@ -18,8 +18,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from iotrace.errors import InvalidValueError
-
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
@@ -246,9 +244,6 @@ def tune_figure(result: TuneResult) -> go.Figure:
 
 
 def write_figure(result: TuneResult, path: Path) -> None:
-    if Path(path).suffix.lower() not in (".html", ".htm"):
-        raise InvalidValueError(f"-o {path}: the tune chart is written as HTML", "name the file FILE.html")
-    try:
-        tune_figure(result).write_html(str(path), include_plotlyjs=True)
-    except OSError as exc:
-        raise InvalidValueError(f"cannot write {path} ({exc.strerror})", "choose a writable path") from exc
+    from iotrace.html_figure import write_html
+
+    write_html(tune_figure(result), path)
