@@ -95,7 +95,12 @@ def main(args: argparse.Namespace) -> None:
     except KeyboardInterrupt:
         if progress is not None:
             progress.stop()
-        where = "nothing (--no-cache)" if args.no_cache else str(args.cache or default_path())
+        if args.no_cache:
+            raise TuneInterrupted("interrupted: --no-cache kept no result", "run the same command again") from None
+        if args.static or args.replay:  # these modes measure nothing and open no cache
+            raise TuneInterrupted("interrupted: nothing was measured, so nothing is saved",
+                                  "run the same command again") from None
+        where = str(args.cache or default_path())
         raise TuneInterrupted(f"interrupted: every result measured so far is saved in {where}",
                               "run the same command again to resume where it stopped") from None
     if args.output is not None:

@@ -201,9 +201,11 @@ def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: Occupan
         l2_s = l2_bytes / (sms * L2_BYTES_PER_CLOCK_PER_SM * card.boost_clock_mhz * 1e6 * sm_balance)
     roofline_s = max(cost.flops / peak, cost.bytes / bandwidth)
     waves = blocks / (occ.active_blocks_per_sm * sms)
-    time_us = max(compute_s, memory_s, l2_s or 0.0) * 1e6 + LAUNCH_GAP_US * (len(resources) - 1)
+    terms = {"compute": compute_s, "memory": memory_s, "l2": l2_s or 0.0}
+    bound = max(terms, key=terms.__getitem__)  # the term that sets the time names the bound
+    time_us = terms[bound] * 1e6 + LAUNCH_GAP_US * (len(resources) - 1)
     return Prediction(time_us=time_us, roofline_us=roofline_s * 1e6, compute_us=compute_s * 1e6,
-                      memory_us=memory_s * 1e6, bound="compute" if compute_s >= memory_s else "memory",
+                      memory_us=memory_s * 1e6, bound=bound,
                       tile_efficiency=tile_eff, sm_balance=sm_balance, latency_hiding=latency_hiding,
                       operand_intensity=intensity, l2_us=None if l2_s is None else l2_s * 1e6,
                       warps_per_scheduler=warps_on_sm / schedulers, waves=waves, spill_bytes=spill_bytes)
