@@ -69,6 +69,25 @@ def count(text: str) -> int:
     return value
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number as :func:`count` reads it, of at least ``minimum``."""
+    def whole(text: str) -> int:
+        value = count(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be {minimum} or more")
+        return value
+
+    return whole
+
+
+def above_zero(text: str) -> float:
+    """An argparse type: a finite number above 0 (a time, a ratio)."""
+    value = number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number above 0, e.g. 0.05")
+    return value
+
+
 def bits(text: str) -> float:
     value = number(text)
     if value <= 0 or value > 64:

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from iotrace.cli import above_zero, at_least  # argparse types only: cli imports nothing heavy at load
+
 if TYPE_CHECKING:
     from iotrace.cards import Card
     from iotrace.plugins.spec import Cost
@@ -45,37 +47,10 @@ _NOISY = pytest.StashKey[dict[str, str]]()
 _RESULTS = pytest.StashKey[dict[str, "tuple[BenchResult, str]"]]()
 
 
-def _above_zero(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number above 0, e.g. 0.05")
-    return value
-
-
 def _fraction(text: str) -> float:
-    value = _above_zero(text)
+    value = above_zero(text)
     if value > 1:  # no kernel beats its roofline: a floor above 1 would fail every benchmark
         raise argparse.ArgumentTypeError(f"{text!r} must be a fraction above 0 and at most 1, e.g. 0.8")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more (a benchmark needs a timed round)")
     return value
 
 
@@ -84,12 +59,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--iotrace-roofline-floor", type=_fraction, default=None, metavar="FRACTION",
                     help="fail a kernel benchmark reaching less than FRACTION of its attainable roofline on its card "
                          "(e.g. 0.8); off by default")
-    group.addoption("--iotrace-max-cv", type=_above_zero, default=0.05, metavar="CV",
+    group.addoption("--iotrace-max-cv", type=above_zero, default=0.05, metavar="CV",
                     help="a benchmark whose rounds vary more than this coefficient of variation (stddev/mean) is "
                          "reported as noisy and not judged by any gate (default 0.05)")
-    group.addoption("--iotrace-rounds", type=_positive, default=20, metavar="N",
+    group.addoption("--iotrace-rounds", type=at_least(1), default=20, metavar="N",
                     help="timed rounds per kernel benchmark (default 20)")
-    group.addoption("--iotrace-warmup", type=_count, default=3, metavar="N",
+    group.addoption("--iotrace-warmup", type=at_least(0), default=3, metavar="N",
                     help="untimed warm-up rounds before them (default 3)")
 
 

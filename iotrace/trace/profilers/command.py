@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from iotrace.cli import above_zero, at_least
 from iotrace.errors import InvalidValueError, IotraceError, NoGpuError
 from iotrace.trace.profilers.capture import Capture, CapturePaths
 from iotrace.trace.profilers.child import RunPlan, child_argv, mapping_text
@@ -54,26 +55,6 @@ _TOOL_ONLY = {"clock_control": "ncu", "ncu_set": "ncu", "launch_count": "ncu", "
 _COMMON = ("out", "timeout", "no_report")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the profiler flags to the ``run`` parser."""
     tools = parser.add_mutually_exclusive_group()
@@ -89,16 +70,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("profiled runs (with --nsys, --ncu or --cupti)")
     group.add_argument("--out", type=Path, metavar="DIR",
                        help=f"directory for the capture and its run manifest (default {DEFAULT_OUT}/)")
-    group.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+    group.add_argument("--timeout", type=above_zero, metavar="SECONDS",
                        help=f"stop a profiler command that runs longer (default {DEFAULT_TIMEOUT_S:g})")
     group.add_argument("--clock-control", choices=CLOCK_CONTROLS,
                        help="ncu: lock clocks to base (default, repeatable counters) or leave them alone (none)")
     group.add_argument("--ncu-set", metavar="SET", help="ncu: the section set to collect (default full)")
-    group.add_argument("--launch-count", type=_positive_int, metavar="N",
+    group.add_argument("--launch-count", type=at_least(1), metavar="N",
                        help="ncu: kernels to profile (default: the launches of one call of the kernel)")
     group.add_argument("--nvtx-include", metavar="FILTER",
                        help="ncu: NVTX filter to use instead of iotrace@iotrace\\/KERNEL/")
-    group.add_argument("--launches", type=_positive_int, metavar="N",
+    group.add_argument("--launches", type=at_least(1), metavar="N",
                        help=f"--cupti: kernel calls captured (default {DEFAULT_LAUNCHES})")
     group.add_argument("--no-report", action="store_true", help="capture and check only; print no report")
 
