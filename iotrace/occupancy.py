@@ -29,6 +29,8 @@ __all__ = [
     "curve_registers",
     "curve_shared_mem",
     "occupancy",
+    "occupancy_of_recorded_launch",
+    "recorded_launch_opted_in",
 ]
 
 #: The resources that can bound active blocks per SM, in the order ncu's Occupancy section lists them.
@@ -281,6 +283,44 @@ def occupancy(
         reason=reason,
         steps=tuple(steps),
     )
+
+
+def recorded_launch_opted_in(cc: str | tuple[int, int] | SMLimits, smem_static: int, smem_dynamic: int) -> bool:
+    """Whether a launch a profiler recorded had raised its shared-memory limit above the default per block.
+
+    A block may use more than the default per-block limit (48 KB on every CC so far,
+    ``cudaDevAttrMaxSharedMemoryPerBlock``) only after ``cudaFuncSetAttribute(kernel,
+    cudaFuncAttributeMaxDynamicSharedMemorySize, ...)`` (CUDA C++ Programming Guide, "Shared Memory" under each
+    compute capability), so a recorded launch above it had opted in, or it could not have run. At or below the
+    limit a trace cannot tell; such a launch is taken as a plain CUDA kernel that did not, which changes only the
+    shared-memory what-if curve beyond 48 KB.
+
+    >>> recorded_launch_opted_in("8.0", 0, 148_992), recorded_launch_opted_in("8.0", 12_288, 0)
+    (True, False)
+    """
+    limits = cc if isinstance(cc, SMLimits) else sm_limits(cc)
+    return smem_static + smem_dynamic > limits.smem_per_block
+
+
+def occupancy_of_recorded_launch(
+    cc: str | tuple[int, int] | SMLimits,
+    threads_per_block: int,
+    registers_per_thread: int,
+    smem_static: int = 0,
+    smem_dynamic: int = 0,
+    *,
+    smem_reserved: int | None = None,
+    smem_config: int | None = None,
+) -> OccupancyResult:
+    """Theoretical occupancy of a launch as a profiler recorded it (ncu, nsys, Kineto): the one place that turns a
+    recorded launch into :func:`occupancy` inputs, opt-in decided by :func:`recorded_launch_opted_in`.
+
+    Parameters as for :func:`occupancy`; ``smem_reserved`` and ``smem_config`` are the file's
+    ``launch__shared_mem_per_block_driver`` and ``launch__shared_mem_config_size`` where it stores them.
+    """
+    return occupancy(cc, threads_per_block, registers_per_thread, smem_static, smem_dynamic,
+                     smem_reserved=smem_reserved, smem_config=smem_config,
+                     smem_optin=recorded_launch_opted_in(cc, smem_static, smem_dynamic))
 
 
 def _point(x: int, result: OccupancyResult) -> CurvePoint:

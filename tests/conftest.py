@@ -34,6 +34,13 @@ def corpus() -> Path:
     return CORPUS
 
 
+def corpus_exports(corpus: Path) -> list[Path]:
+    """Every export in the corpus that loads without Nsight Systems installed (a raw .nsys-rep or .qdrep needs
+    ``nsys export``), in every folder of it, so a folder added to the corpus is covered without editing a list."""
+    return sorted(p for folder in corpus.iterdir() if folder.is_dir() for p in folder.iterdir()
+                  if p.is_file() and p.suffix not in (".nsys-rep", ".qdrep"))
+
+
 def check_kernel(spec, shape, dtype: str, config, seed: int | None = None):
     """Launch ``spec`` on fresh random inputs with poisoned (NaN) outputs and assert it matches its reference.
 

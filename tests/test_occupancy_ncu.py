@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from iotrace.occupancy import OccupancyResult, curve_block_size, curve_registers, curve_shared_mem, occupancy
+from iotrace.occupancy import (
+    OccupancyResult,
+    curve_block_size,
+    curve_registers,
+    curve_shared_mem,
+    occupancy_of_recorded_launch,
+)
 from iotrace.sm_limits import sm_limits
 
 ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
@@ -78,7 +84,7 @@ def _cc(launch: Launch) -> str:
 def _iotrace_answer(launch: Launch) -> OccupancyResult:
     cc = _cc(launch)
     reserved = launch.num("launch__shared_mem_per_block_driver")
-    return occupancy(
+    return occupancy_of_recorded_launch(
         cc,
         launch.int("launch__block_size"),
         launch.int("launch__registers_per_thread"),
@@ -86,8 +92,6 @@ def _iotrace_answer(launch: Launch) -> OccupancyResult:
         launch.int("launch__shared_mem_per_block_dynamic"),
         smem_reserved=None if reserved is None else int(reserved),
         smem_config=launch.int("launch__shared_mem_config_size"),
-        # The corpus kernels are plain CUDA kernels under 48 KB that never raised their dynamic shared memory limit.
-        smem_optin=False,
     )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import time
 from functools import cache
 from pathlib import Path
 
@@ -26,6 +25,8 @@ from iotrace.trace.reports.report import build_report
 from iotrace.trace.reports.roofline import roofline_findings, roofline_point
 from iotrace.trace.reports.stall_reasons import canonical, reasons
 from iotrace.trace.tables import build
+
+from .conftest import corpus_exports
 
 ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
 
@@ -346,18 +347,6 @@ def test_kernel_filter_and_bad_regex(corpus: Path) -> None:
         build_report(tables, kernel="(")
 
 
-def test_reports_run_well_under_a_second_per_corpus_file(corpus: Path) -> None:
-    timings = {}
-    for path in sorted(p for d in ("ncu-rep", "ncu-csv", "nsys", "kineto") for p in (corpus / d).iterdir()
-                       if p.suffix not in (".nsys-rep", ".qdrep")):
-        tables = load(path)
-        start = time.perf_counter()
-        build_report(tables).to_dict()
-        timings[path.name] = time.perf_counter() - start
-    slowest = max(timings, key=timings.__getitem__)
-    assert timings[slowest] < 1.0, f"{slowest}: {timings[slowest]:.2f} s"
-
-
 def test_json_has_the_keys_the_issue_lists(corpus: Path) -> None:
     data = _report(corpus, T4).to_dict()
     (kernel,) = data["kernels"]
@@ -389,8 +378,7 @@ def test_every_corpus_file_renders_in_every_text_format(corpus: Path) -> None:
     def refuse(constant: str) -> None:
         raise AssertionError(f"JSON holds {constant}")
 
-    for path in sorted(p for d in ("ncu-rep", "ncu-csv", "nsys", "kineto") for p in (corpus / d).iterdir()
-                       if p.suffix not in (".nsys-rep", ".qdrep")):
+    for path in corpus_exports(corpus):
         report = build_report(load(path), top=20)
         console = Console(width=100, record=True, color_system=None, file=io.StringIO())
         print_report(console, report)

@@ -82,7 +82,25 @@ EXPECTED = {
     "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite":
         ("nsys-sqlite", 36, "rtx3090", ("permutationKernelPLC3", 30, (12544, 1, 1), (128, 1, 1), 111_521)),
     "nsys/nbody_nvtx_pushpop_trace_nsys_stats.csv": ("nsys-stats-csv", 0, None, None),
+    "ncu-rep/a100pcie_cutlass_gemm_dynsmem_ncu2024.1.ncu-rep":
+        ("ncu-rep", 1, "a100-pcie-80gb", ("cutlass::gemm::kernel::B2bGemm", 32, (16, 1, 1), (256, 1, 1), 9_344)),
+    "ncu-rep/a40_julia_repeated_names_mixed_grids_ncu2022.4.ncu-rep":
+        ("ncu-rep", 5, "a40", ("julia__5_11155", 16, (39312, 1, 1), (256, 1, 1), 70_464)),
+    "ncu-rep/gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep":
+        ("ncu-rep", 100, "gtx1660", ("assign_pixels_to_centroids", 23, (7500, 1, 1), (128, 1, 1), 120_704)),
+    "ncu-rep/gtx1660ti_mojo_math_kernels_ncu2022.4.ncu-rep":
+        ("ncu-rep", 4, "gtx1660ti", ("warmingUp", 16, (1, 1, 1), (64, 1, 1), 1_600)),
+    "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite":
+        ("nsys-sqlite", 19, "h200-sxm", ("distribution_elementwise_grid_stride_kernel", 40, (1056, 1, 1),
+                                         (256, 1, 1), 40_641)),
+    "kineto-ranks/rank-0.json.gz":
+        ("kineto-json", 1154, None, ("fbgemm_gpu::permute_2D_lengths_kernel", 27, (2400, 1, 1), (256, 1, 1),
+                                     10_000)),
+    "kineto-ranks/rank-1.json.gz":
+        ("kineto-json", 1104, None, ("fbgemm_gpu::permute_2D_lengths_kernel", 27, (2400, 1, 1), (256, 1, 1),
+                                     10_000)),
 }
+KINETO = sorted(n for n in EXPECTED if n.split("/")[0] in ("kineto", "kineto-ranks"))
 NSYS_REPORTS = ["nsys/rtx3090_tensorrt_memfusion.nsys-rep", "nsys/rtx4050laptop_rgb_nsys.nsys-rep",
                 "nsys/v100_miniweather_noasync_legacy.qdrep"]
 
@@ -123,7 +141,7 @@ def test_corpus_file_loads_with_its_values(corpus: Path, name: str) -> None:
         assert row["duration_ns"] == pytest.approx(duration)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in EXPECTED if n.startswith("kineto/")))
+@pytest.mark.parametrize("name", KINETO)
 def test_kineto_counts_and_total_time_match_plain_json(corpus: Path, name: str) -> None:
     """iotrace keeps every kernel event: count and total duration equal a plain json pass over the file."""
     opener = gzip.open if name.endswith(".gz") else open
@@ -349,3 +367,120 @@ def test_nsys_rep_is_converted_with_nsys_export(mode: str, corpus: Path, tmp_pat
     assert tables.meta["format"] == "nsys-rep" and tables.meta["converted_with"].endswith("nsys export --type sqlite")
     assert len(tables.kernels) == len(direct.kernels) == 36
     assert tables.kernels["duration_ns"].tolist() == direct.kernels["duration_ns"].tolist()
+
+
+# --- the files added with the CUTLASS opt-in report (PROVENANCE.md, last rows) ------------------------------------
+
+def _ncu_launches(path: Path) -> list[dict[str, object]]:
+    """Name, grid, block, shared memory, duration and metric names of every launch, read with ncu_report itself."""
+    ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
+    context = ncu_report.load_report(str(path))
+    launches = []
+    for r in range(context.num_ranges()):
+        rng = context.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            action = rng.action_by_idx(a)
+
+            def num(name: str, action=action) -> float:
+                return action.metric_by_name(name).as_double()
+
+            launches.append({"name": action.name(), "grid": int(num("launch__grid_size")),
+                             "block": int(num("launch__block_size")),
+                             "dynamic": int(num("launch__shared_mem_per_block_dynamic")),
+                             "duration": num("gpu__time_duration.sum"), "metrics": set(action.metric_names())})
+    return launches
+
+
+def test_a40_repeated_names_keep_each_launch_and_its_grid(corpus: Path) -> None:
+    name = "ncu-rep/a40_julia_repeated_names_mixed_grids_ncu2022.4.ncu-rep"
+    raw = _ncu_launches(corpus / name)
+    kernels = loaded(corpus, name).kernels
+    assert [(r["name"], r["grid"], r["dynamic"]) for r in raw] == [
+        (n.split("(")[0], g, d) for n, g, d in zip(kernels["name"], kernels["grid_x"], kernels["dynamic_smem_bytes"],
+                                                   strict=True)]
+    grids: dict[str, set[int]] = {}
+    for r in raw:
+        grids.setdefault(str(r["name"]), set()).add(int(r["grid"]))  # type: ignore[arg-type]
+    assert len(raw) == 5 and len(grids) == 3
+    assert sorted(len(g) for g in grids.values()) == [1, 2, 2]  # two names launched twice with different grids
+    frb = kernels.iloc[4]
+    threads = frb["block_x"] * frb["block_y"] * frb["block_z"]
+    assert (frb["dynamic_smem_bytes"], frb["registers_per_thread"], threads) == (76_896, 80, raw[4]["block"]) \
+        == (76_896, 80, 768)
+
+
+def test_gtx1660_hundred_launches_all_kept_without_dram_bytes(corpus: Path) -> None:
+    name = "ncu-rep/gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep"
+    raw = _ncu_launches(corpus / name)
+    tables = loaded(corpus, name)
+    assert len(raw) == len(tables.kernels) == 100
+    assert tables.kernels["duration_ns"].sum() == pytest.approx(sum(float(r["duration"]) for r in raw))  # 12.0 ms
+    assert {(r["grid"], r["block"]) for r in raw} == {(7500, 128)}
+    assert not any("dram__bytes.sum" in r["metrics"] for r in raw)  # default set: no DRAM byte counter
+    assert "dram__bytes.sum" not in set(tables.metrics["metric"])
+    assert "sm__throughput.avg.pct_of_peak_sustained_elapsed" in set(tables.metrics["metric"])
+
+
+def test_gtx1660ti_small_kernels_and_the_cutlass_dynamic_shared_memory(corpus: Path) -> None:
+    mojo = "ncu-rep/gtx1660ti_mojo_math_kernels_ncu2022.4.ncu-rep"
+    raw = _ncu_launches(corpus / mojo)
+    kernels = loaded(corpus, mojo).kernels
+    assert [r["name"] for r in raw] == ["warmingUp", "mathKernel1", "mathKernel2", "mathKernel3"]
+    assert list(kernels["duration_ns"]) == [r["duration"] for r in raw]
+    assert loaded(corpus, mojo).devices.iloc[0]["sm_count"] == 24
+    cutlass = "ncu-rep/a100pcie_cutlass_gemm_dynsmem_ncu2024.1.ncu-rep"
+    (launch,) = _ncu_launches(corpus / cutlass)
+    kernel = loaded(corpus, cutlass).kernels.iloc[0]
+    assert (kernel["static_smem_bytes"], kernel["dynamic_smem_bytes"]) == (0, launch["dynamic"]) == (0, 148_992)
+    device = loaded(corpus, cutlass).devices.iloc[0]
+    assert (device["name"], device["sm_count"], device["cc"]) == ("NVIDIA A100 80GB PCIe", 108, "8.0")
+
+
+def test_h200_nvtx_ranges_and_the_kernels_they_hold(corpus: Path) -> None:
+    name = "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite"
+    with sqlite3.connect(f"file:{corpus / name}?mode=ro&immutable=1", uri=True) as db:
+        ranges = db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59").fetchone()[0]  # push/pop
+        inside = db.execute(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = k.correlationId WHERE EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.eventType = 59 "
+            "AND n.globalTid = r.globalTid AND n.start <= r.start AND n.end >= r.start)").fetchone()[0]
+    tables = loaded(corpus, name)
+    assert (tables.meta["version"], tables.meta["schema"]) == ("2024.6.2.25", "3.16.1 (META_DATA_EXPORT)")
+    assert len(tables.ranges) == ranges == 652
+    assert int(tables.kernels["nvtx_path"].notna().sum()) == inside == 2
+    assert tables.devices.iloc[0]["cc"] == "9.0" and tables.devices.iloc[0]["sm_count"] == 132
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_kineto_ranks_of_one_nccl_job(corpus: Path, rank: int) -> None:
+    name = f"kineto-ranks/rank-{rank}.json.gz"
+    doc = json.loads(gzip.decompress((corpus / name).read_bytes()))
+    assert doc["distributedInfo"] == {"backend": "nccl", "rank": rank, "world_size": 128}
+    nccl = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+    kernels = loaded(corpus, name).kernels
+    assert int(kernels["name"].str.contains("nccl", case=False).sum()) == len(nccl) == 10
+    assert loaded(corpus, name).devices.empty  # no deviceProperties in the file: no card is guessed
+
+
+NEW_FILES = ["ncu-rep/a100pcie_cutlass_gemm_dynsmem_ncu2024.1.ncu-rep",
+             "ncu-rep/a40_julia_repeated_names_mixed_grids_ncu2022.4.ncu-rep",
+             "ncu-rep/gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep",
+             "ncu-rep/gtx1660ti_mojo_math_kernels_ncu2022.4.ncu-rep", "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite",
+             "kineto-ranks/rank-0.json.gz", "kineto-ranks/rank-1.json.gz"]
+
+
+@pytest.mark.parametrize("name", NEW_FILES)
+def test_new_files_sniff_by_content_and_run_through_info(corpus: Path, name: str, tmp_path: Path) -> None:
+    """Sniffed by content under a name that says nothing (a link, nothing copied), and `iotrace info --json`
+    states the file's own kernel count and device."""
+    from .conftest import run_cli
+
+    fmt, n_kernels, card, _ = EXPECTED[name]
+    anonymous = tmp_path / "capture.bin"
+    anonymous.symlink_to(corpus / name)
+    assert load(anonymous).meta["format"] == fmt
+    done = run_cli("info", str(corpus / name), "--json")
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert info["format"] == fmt and info["counts"]["kernels"] == n_kernels
+    assert [d["card"] for d in info["devices"]] == ([card] if card else [])

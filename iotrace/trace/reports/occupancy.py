@@ -17,8 +17,7 @@ from typing import Any
 import pandas as pd
 
 from iotrace.errors import IotraceError
-from iotrace.occupancy import OccupancyResult, occupancy
-from iotrace.sm_limits import sm_limits
+from iotrace.occupancy import OccupancyResult, occupancy_of_recorded_launch
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.records import Evidence, Finding, Unavailable
 
@@ -82,11 +81,8 @@ class OccupancyRow:
 @lru_cache(maxsize=4096)
 def _calculate(cc: str, threads: int, regs: int, static: int, dynamic: int, reserved: int | None,
                config: int | None) -> OccupancyResult:
-    limits = sm_limits(cc)
-    # A block above the default per-block limit (48 KB) must have opted in, or it could not have launched.
-    optin = static + dynamic > limits.smem_per_block
-    return occupancy(cc, threads, regs, static, dynamic, smem_reserved=reserved, smem_config=config,
-                     smem_optin=optin)
+    return occupancy_of_recorded_launch(cc, threads, regs, static, dynamic, smem_reserved=reserved,
+                                        smem_config=config)
 
 
 def _int(value: Any) -> int | None:
