@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from iotrace.cards import Card
-from iotrace.compile_info import Resources, compile_resources
+from iotrace.compiler import Resources, compile_resources
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.kernels.backend import device, interpreting
 from iotrace.occupancy import OccupancyResult, occupancy

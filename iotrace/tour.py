@@ -13,10 +13,10 @@ from rich.rule import Rule
 
 from iotrace import derivations
 from iotrace.cards import Card, card_book, lookup
-from iotrace.console import print_cards, print_derivation, print_occupancy
 from iotrace.errors import IotraceError
-from iotrace.models import model
+from iotrace.model_shapes import model
 from iotrace.occupancy import occupancy
+from iotrace.render.console import print_cards, print_derivation, print_occupancy
 
 __all__ = ["run_tour"]
 

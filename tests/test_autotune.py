@@ -237,8 +237,8 @@ def test_on_a_gpu_the_wrong_config_is_never_timed_and_a_warm_retune_is_8x_faster
 
 
 def test_cost_model_terms_by_hand() -> None:
-    from iotrace.autotune.model import DRAM_LATENCY_S, operand_traffic, predict, tile_efficiency
-    from iotrace.compile_info import Resources
+    from iotrace.autotune.cost_model import DRAM_LATENCY_S, operand_traffic, predict, tile_efficiency
+    from iotrace.compiler import Resources
 
     ragged = GEMM.check_shape({"M": 97, "N": 83, "K": 71, "bias": 1})
     tile = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32}

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from iotrace.cards import lookup
-from iotrace.compile_info import compile_resources, parse_ptxas_log
+from iotrace.compiler import compile_resources, parse_ptxas_log
 from iotrace.kernels.attention_decode import DecodeSpec
 from iotrace.kernels.attention_prefill import PrefillSpec
 from iotrace.kernels.draft_verify import DraftVerifySpec

@@ -236,7 +236,7 @@ def test_two_profilers_at_once_are_refused() -> None:
 
 def test_the_cli_side_imports_nothing_heavy() -> None:
     # iotrace.cli imports the command module to build its parser on every run, `iotrace cards` included.
-    code = ("import sys, iotrace.trace.profilers.command; "
+    code = ("import sys, iotrace.cli.profile; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'triton', 'pandas', 'numpy', 'nvtx'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -298,9 +298,9 @@ def test_selection_keeps_only_kernels_in_the_range(corpus: Path) -> None:
 
 
 def test_report_failure_falls_back_to_the_summary(corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from iotrace.cli.profile import _print_report
     from iotrace.trace import load
     from iotrace.trace.profilers.child import RunPlan
-    from iotrace.trace.profilers.command import _print_report
 
     tables = load(corpus / NCU_REP)
     plan = RunPlan("gemm", "triton", {"M": 64, "N": 64, "K": 64, "bias": 0}, "fp16", {}, seed=1)

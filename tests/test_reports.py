@@ -20,7 +20,7 @@ from iotrace.plugins.spec import Cost
 from iotrace.trace import load
 from iotrace.trace.reports.diff import diff_reports
 from iotrace.trace.reports.metricview import MetricView
-from iotrace.trace.reports.models import KernelModel
+from iotrace.trace.reports.plugin_costs import KernelModel
 from iotrace.trace.reports.report import build_report
 from iotrace.trace.reports.roofline import roofline_findings, roofline_point
 from iotrace.trace.reports.stall_reasons import canonical, reasons

@@ -59,7 +59,7 @@ CREATE TABLE IF NOT EXISTS results (
 def default_path() -> Path:
     """``$XDG_CACHE_HOME/iotrace/tune.sqlite3`` (``~/.cache`` when unset), beside the compile cache; both move to
     ``$IOTRACE_CACHE_DIR`` when that is set (the test suite points it at a session folder)."""
-    from iotrace.compile_info import iotrace_cache_root
+    from iotrace.compiler import iotrace_cache_root
 
     return iotrace_cache_root() / "tune.sqlite3"
 
@@ -67,7 +67,7 @@ def default_path() -> Path:
 def kernel_source_hash(spec: KernelSpec) -> str:
     """SHA-256 (first 16 hex digits) of the spec's module and its package siblings, as the compile cache reads them:
     a change to a shared @triton.jit helper changes every kernel that calls it."""
-    from iotrace.compile_info import package_source
+    from iotrace.compiler import package_source
 
     return hashlib.sha256(package_source(type(spec).__module__)).hexdigest()[:16]
 

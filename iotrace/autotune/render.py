@@ -244,6 +244,6 @@ def tune_figure(result: TuneResult) -> go.Figure:
 
 
 def write_figure(result: TuneResult, path: Path) -> None:
-    from iotrace.html_figure import write_html
+    from iotrace.render.html_figure import write_html
 
     write_html(tune_figure(result), path)

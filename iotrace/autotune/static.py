@@ -1,9 +1,9 @@
 """The static phase: compile every config for the card's target, read its resources, prune, predict.
 
-No GPU is needed: Triton cross-compiles on the CPU (``iotrace.compile_info``, in parallel worker processes, cached
-on disk), occupancy comes from ``iotrace.occupancy``, the predicted time from :mod:`iotrace.autotune.model`. A config
-is pruned when it cannot launch on the card (a resource over the SM's limit) or does not compile; spills are
-flagged, not pruned, since a spilling config may still be fastest.
+No GPU is needed: Triton cross-compiles on the CPU (``iotrace.compiler``, in parallel worker processes, cached
+on disk), occupancy comes from ``iotrace.occupancy``, the predicted time from :mod:`iotrace.autotune.cost_model`.
+A config is pruned when it cannot launch on the card (a resource over the SM's limit) or does not compile; spills
+are flagged, not pruned, since a spilling config may still be fastest.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from iotrace.autotune.model import Prediction, dot_tile, operand_traffic, predict, tile_efficiency
-from iotrace.compile_info import CompileError, Resources, compile_each
+from iotrace.autotune.cost_model import Prediction, dot_tile, operand_traffic, predict, tile_efficiency
+from iotrace.compiler import CompileError, Resources, compile_each
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.occupancy import OccupancyResult, occupancy
 from iotrace.plugins.spec import DTYPE_BYTES

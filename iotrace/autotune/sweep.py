@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iotrace.compile_info import Resources
+from iotrace.compiler import Resources
 from iotrace.errors import DataFileError
 
 __all__ = ["FORMAT", "VERSION", "Sweep", "SweepRow", "load_sweep", "resources_from_dict"]

@@ -1,6 +1,6 @@
 """The tuner: space -> static phase (compile, occupancy, prune, predict) -> strategy -> measure + verify -> best.
 
-:func:`tune` is the whole job as a Python call; ``iotrace tune`` (:mod:`iotrace.autotune.command`) only parses flags
+:func:`tune` is the whole job as a Python call; ``iotrace tune`` (:mod:`iotrace.cli.tune`) only parses flags
 into :class:`TuneOptions` and renders the :class:`TuneResult`.
 
 Modes, chosen from the options and the machine:

@@ -34,7 +34,7 @@ from iotrace.kernels.attention_common import (
     shape_lengths,
 )
 from iotrace.kernels.backend import interpreting
-from iotrace.models import model
+from iotrace.model_shapes import model
 from iotrace.plugins import hookimpl
 from iotrace.plugins.spec import (
     DTYPE_BYTES,

@@ -55,7 +55,7 @@ from iotrace.kernels.attention_decode import (
     default_splits,
 )
 from iotrace.kernels.backend import interpreting
-from iotrace.models import model
+from iotrace.model_shapes import model
 from iotrace.plugins import hookimpl
 from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Baselines, Config, Cost, KernelSpec, Shape, TritonUnit
 

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from iotrace.errors import InvalidValueError, IotraceError
-from iotrace.models import model
+from iotrace.model_shapes import model
 from iotrace.plugins import hookimpl
 from iotrace.plugins.spec import (
     DTYPE_BYTES,

@@ -14,7 +14,7 @@ from iotrace import derivations
 from iotrace import identities as ident
 from iotrace.cards import lookup
 from iotrace.derivations import num
-from iotrace.models import model
+from iotrace.model_shapes import model
 from iotrace.notes.document import Note, table
 
 CARDS = ("rtx3090", "rtx5090", "h100-sxm", "h200-sxm", "gb10")

@@ -119,7 +119,7 @@ def _pruning_text(spec, shape, dtype, fix: dict[str, Any]) -> str:
     major, minor = card.sm_limits.cc
     lines = [f"A slice of it, {slice_text or 'the whole space'}: {len(entries)} configs compiled for sm_{major}{minor} "
              f"({card.name}), **{len(pruned)} pruned** from their compiled resources before any launch (they cannot "
-             f"run on this card), {len(ranked)} ranked by the cost model (`iotrace/autotune/model.py`, modelled); "
+             f"run on this card), {len(ranked)} ranked by the cost model (`iotrace/autotune/cost_model.py`, modelled); "
              "spills are flagged, not pruned. `iotrace tune " + spec.name + " --static` prunes the whole space."]
     if pruned:
         from iotrace.trace.render.markdown import md  # the compiler's words may hold Markdown's special characters

@@ -223,7 +223,7 @@ class KernelSpec(ABC):
         Profilers filter on that range (``ncu --nvtx-include``, the nsys timeline report), so every launch
         iotrace makes, for checking, timing or tuning, goes through here.
         """
-        from iotrace.trace.nvtx_ranges import kernel_range
+        from iotrace.nvtx_ranges import kernel_range
 
         with kernel_range(self.name, config):
             self.launch_kernel(inputs, outputs, config, backend)

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from iotrace.errors import NoGpuError
-from iotrace.trace.nvtx_ranges import range_name
+from iotrace.nvtx_ranges import range_name
 from iotrace.trace.profilers.capture import Capture, CapturePaths
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ Flags, from the Nsight Compute CLI User Guide (https://docs.nvidia.com/nsight-co
 - ``--nvtx --nvtx-include FILTER`` ("NVTX Filtering"): profile only kernels launched inside the range. Push/pop ranges
   end in ``/``; ``Domain@Range`` names a domain other than the default one; the quantifiers ``@ , [ ] / * +`` inside
   a name are escaped with ``\\``. iotrace pushes ``iotrace/<kernel>`` in the NVTX domain ``iotrace``
-  (:mod:`iotrace.trace.nvtx_ranges`), so the filter is ``iotrace@iotrace\\/<kernel>/``;
+  (:mod:`iotrace.nvtx_ranges`), so the filter is ``iotrace@iotrace\\/<kernel>/``;
 - ``--clock-control base|none`` ("Clock Control"): ``base`` (ncu's default) locks the clocks to base for repeatable
   counters; ``none`` leaves them alone, for numbers closer to an unprofiled run;
 - ``--launch-count N``: stop profiling after N kernels (``--set full`` replays each kernel dozens of times);
@@ -45,7 +45,7 @@ def escape(name: str) -> str:
 
 def nvtx_filter(kernel: str) -> str:
     """The ``--nvtx-include`` filter for the push/pop range ``iotrace/<kernel>`` in the ``iotrace`` domain."""
-    from iotrace.trace.nvtx_ranges import DOMAIN, range_name  # imports nvtx (and numpy): only when a run needs it
+    from iotrace.nvtx_ranges import DOMAIN, range_name  # imports nvtx (and numpy): only when a run needs it
 
     return f"{DOMAIN}@{escape(range_name(kernel))}/"
 

@@ -121,7 +121,7 @@ def stalls_figure(report: Report, top: int = 12) -> go.Figure:
 
 def occupancy_figures(report: Report, top: int = 3) -> list[tuple[str, go.Figure]]:
     """The what-if curves of the first kernels with a computed occupancy (one per distinct launch)."""
-    from iotrace.occupancy_figure import occupancy_figure
+    from iotrace.render.occupancy_figure import occupancy_figure
 
     out, seen = [], set()
     for k in report.kernels:

@@ -16,8 +16,8 @@ import pandas as pd
 from iotrace.cards import Card
 from iotrace.errors import InvalidValueError
 from iotrace.trace.reports.metricview import MetricView
-from iotrace.trace.reports.models import PluginMatch, match_plugins
 from iotrace.trace.reports.occupancy import OccupancyRow, occupancy_findings, occupancy_row
+from iotrace.trace.reports.plugin_costs import PluginMatch, match_plugins
 from iotrace.trace.reports.records import Finding, Unavailable
 from iotrace.trace.reports.roofline import RooflinePoint, roofline_findings, roofline_point
 from iotrace.trace.reports.stall_reasons import reason

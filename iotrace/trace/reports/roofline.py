@@ -25,7 +25,7 @@ from typing import Any
 
 from iotrace.cards import Card
 from iotrace.trace.reports.metricview import MetricView
-from iotrace.trace.reports.models import KernelModel
+from iotrace.trace.reports.plugin_costs import KernelModel
 from iotrace.trace.reports.records import Basis, Evidence, Finding, Unavailable
 
 __all__ = ["LATENCY_PCT", "MODEL_EXCESS", "Level", "RooflinePoint", "roofline_findings", "roofline_point"]

@@ -94,7 +94,7 @@ def _write(path: Path | None, text: str) -> None:
 
 def _terminal_text(draw: Any, to_file: bool) -> str | None:
     """Draw with rich: to the terminal, or captured as plain text (100 columns) for -o."""
-    from iotrace.console import make_console
+    from iotrace.render.console import make_console
 
     if not to_file:
         console = make_console()

@@ -7,7 +7,7 @@ memory (../shared/reference/env-probe.md, section 6b). CUDA C++ kernels go throu
 are judged by the same rules.
 
 Triton decides interpreter-or-compiler when a kernel module is imported, so Triton units compile in worker
-processes (``python -m iotrace.compile_info``) started fresh with the interpreter off, several at once. Plain
+processes (``python -m iotrace.compiler``) started fresh with the interpreter off, several at once. Plain
 subprocesses rather than multiprocessing: a user's script needs no ``__main__`` guard. Results are cached on disk by
 (kernel source, launch, target, compiler version) under ``$IOTRACE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/iotrace``,
 that is ``~/.cache/iotrace``).
@@ -379,7 +379,7 @@ def _run_worker(units: list[TritonUnit], cc_number: int) -> list[dict[str, Any]]
     # The worker sees this process's sys.path, so a plugin module found only through it imports there too.
     env = {**os.environ, **_WORKER_ENV, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     try:
-        done = subprocess.run([sys.executable, "-m", "iotrace.compile_info"], input=job, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "iotrace.compiler"], input=job, capture_output=True,
                               text=True, env=env, timeout=COMPILE_TIMEOUT_S * len(units))
     except subprocess.TimeoutExpired:
         raise CompileError(f"compiling {', '.join(u.function for u in units)} for sm_{cc_number} took over "
@@ -388,7 +388,7 @@ def _run_worker(units: list[TritonUnit], cc_number: int) -> list[dict[str, Any]]
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise CompileError(f"the Triton compile worker failed: {' '.join((lines or ['no output'])[-1].split())}",
-                           "run `python -m iotrace.compile_info` by hand to see the whole error")
+                           "run `python -m iotrace.compiler` by hand to see the whole error")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -404,6 +404,3 @@ def _worker_main() -> None:
             answers.append({"error": exc.problem, "fix": exc.fix})
     print(json.dumps(answers))
 
-
-if __name__ == "__main__":
-    _worker_main()

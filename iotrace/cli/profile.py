@@ -30,11 +30,11 @@ from iotrace.trace.profilers.ncu import CLOCK_CONTROLS, NcuOptions, nvtx_filter
 from iotrace.trace.profilers.tools import Tool
 
 # The CLI imports this module to build its parser on every run, so nothing here may import nvtx, numpy or pandas at
-# import time; iotrace.trace.nvtx_ranges (which imports nvtx, and with it numpy) is imported where a run needs it.
+# import time; iotrace.nvtx_ranges (which imports nvtx, and with it numpy) is imported where a run needs it.
 
 
 def _range_name(kernel: str) -> str:
-    from iotrace.trace.nvtx_ranges import range_name as name
+    from iotrace.nvtx_ranges import range_name as name
 
     return name(kernel)
 

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
-    from iotrace.compile_info import Resources
+    from iotrace.compiler import Resources
     from iotrace.occupancy import OccupancyResult
     from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from iotrace.autotune.cache import default_path
 from iotrace.cli import _add_card, _mapping, count, number
 from iotrace.errors import InvalidValueError, IotraceError
-from iotrace.html_figure import check_html_path
+from iotrace.render.html_figure import check_html_path
 
 __all__ = ["TuneInterrupted", "add_arguments", "main"]
 
@@ -68,8 +68,8 @@ def main(args: argparse.Namespace) -> None:
     from iotrace.autotune.render import BarProgress, print_tune, write_figure
     from iotrace.autotune.tuner import TuneOptions, tune
     from iotrace.cards import detect
-    from iotrace.console import make_console
     from iotrace.plugins import kernel
+    from iotrace.render.console import make_console
 
     spec = kernel(args.kernel)
     if args.jobs is not None and args.jobs < 1:

@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=count, help="seed of the random inputs (default: fresh each run)")
     run.add_argument("--no-check", action="store_true", help="skip the comparison with the reference")
     _add_json(run)
-    from iotrace.trace.profilers import command as profile_command
+    from iotrace.cli import profile as profile_command
 
     profile_command.add_arguments(run)  # --nsys | --ncu | --cupti and their options
     run.set_defaults(func=_cmd_run)
@@ -267,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=_cmd_notes)
 
     # Commands whose flags live beside their implementation (each module: add_arguments(parser), main(args)).
-    from iotrace.autotune import command as tune_command
-    from iotrace.trace.reports import command as report_command
+    from iotrace.cli import report as report_command
+    from iotrace.cli import tune as tune_command
 
     report = commands.add_parser("report", help="warp stalls, roofline, occupancy and timeline of a profiler export, "
                                                 "with findings (terminal, md, html, png, json)")
@@ -346,7 +346,7 @@ def _version() -> str:
 
 
 def _console():
-    from iotrace.console import make_console
+    from iotrace.render.console import make_console
 
     return make_console()
 
@@ -390,7 +390,7 @@ def _model_field(args: argparse.Namespace, field: str, given: Any) -> Any:
     if given is not None:
         return given
     if getattr(args, "model", None):
-        from iotrace.models import model
+        from iotrace.model_shapes import model
 
         return getattr(model(args.model), field)
     flag = "--" + field.replace("_", "-")
@@ -399,7 +399,7 @@ def _model_field(args: argparse.Namespace, field: str, given: Any) -> Any:
 
 def _cmd_cards(args: argparse.Namespace) -> None:
     from iotrace.cards import card_book
-    from iotrace.console import print_cards
+    from iotrace.render.console import print_cards
 
     book = card_book()
     _emit(args, [c.to_dict() for c in book], lambda: print_cards(_console(), book))
@@ -407,14 +407,14 @@ def _cmd_cards(args: argparse.Namespace) -> None:
 
 def _cmd_card(args: argparse.Namespace) -> None:
     from iotrace.cards import detect
-    from iotrace.console import print_card
+    from iotrace.render.console import print_card
 
     found = detect(args.name)
     _emit(args, found.to_dict(), lambda: print_card(_console(), found))
 
 
 def _show(args: argparse.Namespace, derivation: Any) -> None:
-    from iotrace.console import print_derivation
+    from iotrace.render.console import print_derivation
 
     _emit(args, derivation.to_dict(), lambda: print_derivation(_console(), derivation))
 
@@ -469,8 +469,8 @@ def _cmd_spec(args: argparse.Namespace) -> None:
 
 
 def _cmd_occupancy(args: argparse.Namespace) -> None:
-    from iotrace.console import print_occupancy
     from iotrace.occupancy import curve_block_size, curve_registers, curve_shared_mem, occupancy
+    from iotrace.render.console import print_occupancy
 
     cc = args.cc if args.cc is not None else _card_or_none(args.card).sm_limits
     result = occupancy(cc, args.threads, args.regs, args.smem_static, args.smem_dynamic,
@@ -489,16 +489,16 @@ def _cmd_occupancy(args: argparse.Namespace) -> None:
 
 
 def _write_figure(path: Path, result: Any) -> None:
-    from iotrace.html_figure import write_html
-    from iotrace.occupancy_figure import occupancy_figure
+    from iotrace.render.html_figure import write_html
+    from iotrace.render.occupancy_figure import occupancy_figure
 
     write_html(occupancy_figure(result), path)
 
 
 def _cmd_kernels(args: argparse.Namespace) -> None:
     from iotrace.cards import lookup
-    from iotrace.console import print_kernels
     from iotrace.plugins import kernels
+    from iotrace.render.console import print_kernels
 
     card = lookup(args.card or "h100")
     rows = []
@@ -514,8 +514,8 @@ def _cmd_kernels(args: argparse.Namespace) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> None:
     from iotrace.cards import detect
-    from iotrace.console import print_run
     from iotrace.plugins import kernel
+    from iotrace.render.console import print_run
     from iotrace.runner import resolve_config, run
 
     spec = kernel(args.kernel)
@@ -523,7 +523,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
     dtype = spec.check_dtype(args.dtype or spec.dtypes[0])
     card = detect(args.card)
     config = resolve_config(spec, shape, dtype, card, args.backend, args.config)
-    from iotrace.trace.profilers import command as profile_command
+    from iotrace.cli import profile as profile_command
 
     if profile_command.wanted(args):  # the run goes to a child process under the profiler
         profile_command.main(args, spec, shape, dtype, card, config)
@@ -549,7 +549,7 @@ def _cmd_info(args: argparse.Namespace) -> None:
 def _cmd_selfcheck(args: argparse.Namespace) -> None:
     if args.cpu:  # before any kernel module is imported: Triton reads it at decoration time
         os.environ["TRITON_INTERPRET"] = "1"
-    from iotrace.console import print_selfcheck
+    from iotrace.render.console import print_selfcheck
     from iotrace.selfcheck.run import selfcheck
 
     console = _console()

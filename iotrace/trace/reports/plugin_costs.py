@@ -1,7 +1,7 @@
 """iotrace kernel plugins as cost models for trace kernels: "DRAM bytes are 3.1× what the algorithm needs".
 
 A trace kernel is an iotrace plugin when the caller names the plugin (``--plugin gemm``), or when it ran inside the
-plugin's NVTX range ``iotrace/<kernel>`` (``iotrace.trace.nvtx_ranges``). The cost needs the problem shape, which a
+plugin's NVTX range ``iotrace/<kernel>`` (``iotrace.nvtx_ranges``). The cost needs the problem shape, which a
 trace does not carry; without one the kernel is still known to be the plugin (its stall knobs are named), but no
 cost is compared.
 """
