@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from iotrace.cli import above_zero, at_least  # argparse types only: cli imports nothing heavy at load
+from iotrace.argtypes import count_at_least, positive_number
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -48,7 +48,7 @@ _RESULTS = pytest.StashKey[dict[str, "tuple[BenchResult, str]"]]()
 
 
 def _fraction(text: str) -> float:
-    value = above_zero(text)
+    value = positive_number(text)
     if value > 1:  # no kernel beats its roofline: a floor above 1 would fail every benchmark
         raise argparse.ArgumentTypeError(f"{text!r} must be a fraction above 0 and at most 1, e.g. 0.8")
     return value
@@ -59,12 +59,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--iotrace-roofline-floor", type=_fraction, default=None, metavar="FRACTION",
                     help="fail a kernel benchmark reaching less than FRACTION of its attainable roofline on its card "
                          "(e.g. 0.8); off by default")
-    group.addoption("--iotrace-max-cv", type=above_zero, default=0.05, metavar="CV",
+    group.addoption("--iotrace-max-cv", type=positive_number, default=0.05, metavar="CV",
                     help="a benchmark whose rounds vary more than this coefficient of variation (stddev/mean) is "
                          "reported as noisy and not judged by any gate (default 0.05)")
-    group.addoption("--iotrace-rounds", type=at_least(1), default=20, metavar="N",
+    group.addoption("--iotrace-rounds", type=count_at_least(1), default=20, metavar="N",
                     help="timed rounds per kernel benchmark (default 20)")
-    group.addoption("--iotrace-warmup", type=at_least(0), default=3, metavar="N",
+    group.addoption("--iotrace-warmup", type=count_at_least(0), default=3, metavar="N",
                     help="untimed warm-up rounds before them (default 3)")
 
 
@@ -227,17 +227,16 @@ class KernelBench:
         """Resolve ``kernel`` on GPU 0 and make its inputs (skips with the reason where there is no GPU), so a test can
         time baselines on the same tensors before benchmarking it."""
         _require_gpu()
-        from iotrace.cards import detect
+        from iotrace.kernel_call import KernelCall
         from iotrace.plugins import kernel as find_kernel
         from iotrace.runner import resolve_config
 
-        spec = find_kernel(kernel)
-        chosen = spec.shape_for(preset, shape)
-        dtype = spec.check_dtype(dtype or spec.dtypes[0])
-        found = detect(card)
-        resolved = resolve_config(spec, chosen, dtype, found, backend, config)
-        inputs = spec.make_inputs(chosen, dtype, "cuda", seed)
-        return KernelCase(spec, chosen, dtype, resolved, backend, found, inputs, spec.make_outputs(inputs), preset)
+        call = KernelCall.make(find_kernel(kernel), shape, dtype, card, backend, preset=preset)
+        spec = call.spec
+        resolved = resolve_config(call, config)
+        inputs = spec.make_inputs(call.shape, call.dtype, "cuda", seed)
+        return KernelCase(spec, call.shape, call.dtype, resolved, backend, call.card, inputs, spec.make_outputs(inputs),
+                          preset)
 
     def __call__(self, kernel: str | KernelCase, *, extra: dict[str, Any] | None = None,
                  **case: Any) -> BenchResult | None:

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from iotrace.cards import Card
 from iotrace.compiler import Resources, compile_resources
-from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.errors import IotraceError
+from iotrace.kernel_call import KernelCall
 from iotrace.kernels.backend import device, interpreting
 from iotrace.occupancy import OccupancyResult, occupancy
 from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
+from iotrace.tuned import tuned_config
 
 if TYPE_CHECKING:
     import torch
@@ -85,12 +87,8 @@ class Roofline:
 
 @dataclass
 class RunResult:
-    kernel: str
-    backend: str
-    dtype: str
-    shape: Shape
+    call: KernelCall
     config: Config
-    card: str
     mode: str
     cost: Cost
     roofline: Roofline
@@ -100,6 +98,26 @@ class RunResult:
     check: Check
     timing: Timing | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def kernel(self) -> str:
+        return self.call.spec.name
+
+    @property
+    def backend(self) -> str:
+        return self.call.backend
+
+    @property
+    def dtype(self) -> str:
+        return self.call.dtype
+
+    @property
+    def shape(self) -> Shape:
+        return self.call.shape
+
+    @property
+    def card(self) -> str:
+        return self.call.card.key
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: the headline numbers at the top level, the records below them."""
@@ -124,14 +142,12 @@ class RunResult:
         return out
 
 
-def resolve_config(spec: KernelSpec, shape: Shape, dtype: str, card: Card, backend: str,
-                   overrides: dict[str, Any] | None = None) -> Config:
-    """The card's default config with ``overrides`` applied; unknown keys are refused.
+def resolve_config(call: KernelCall, overrides: dict[str, Any] | None = None) -> Config:
+    """The card's default config for ``call`` with ``overrides`` applied; unknown keys are refused.
 
     A tuned config shipped through ``$IOTRACE_TUNED`` (``iotrace tune --export``) replaces the kernel's default.
     """
-    from iotrace.autotune.export import tuned_config  # the loading hook: stdlib only, imports nothing heavy
-
+    spec, shape, dtype, card, backend = call.spec, call.shape, call.dtype, call.card, call.backend
     base = tuned_config(spec, shape, dtype, card, backend) or spec.default_config(shape, dtype, card, backend)
     if overrides:
         base = {**base, **spec.check_config(overrides, shape, dtype, card, backend)}
@@ -148,10 +164,10 @@ def roofline_of(cost: Cost, card: Card) -> Roofline:
                     "memory" if cost.intensity < ridge else "compute", floor_s * 1e6)
 
 
-def static_analysis(spec: KernelSpec, shape: Shape, dtype: str, config: Config, card: Card,
-                    backend: str) -> tuple[list[Resources], OccupancyResult, float]:
+def static_analysis(call: KernelCall, config: Config) -> tuple[list[Resources], OccupancyResult, float]:
     """Compile for the card's target: resources of every launch, occupancy and waves of the first (the main one)."""
-    units = spec.compile_units(shape, dtype, config, backend)
+    spec, card = call.spec, call.card
+    units = spec.compile_units(call.shape, call.dtype, config, call.backend)
     resources = compile_resources(list(units), card.sm_limits.cc)
     main = resources[0]
     occ = occupancy(card.sm_limits, main.threads_per_block, main.registers, main.static_smem, main.dynamic_smem,
@@ -240,17 +256,14 @@ def _time(spec: KernelSpec, inputs: dict, outputs: dict, config: Config, backend
                   100.0 * roofline.floor_us / (median * 1e3), method)
 
 
-def run(spec: KernelSpec, shape: Shape, dtype: str, card: Card, *, backend: str = "triton",
-        config: Config | None = None, check: bool = True, seed: int | None = None) -> RunResult:
-    """Analyse, check and (on a GPU) time one config of ``spec`` on ``card``."""
-    if backend not in spec.backends:
-        raise InvalidValueError(f"{spec.name} has no {backend!r} backend", f"use one of {', '.join(spec.backends)}")
-    shape = spec.check_shape(shape)
-    spec.check_dtype(dtype)
-    config = config if config is not None else resolve_config(spec, shape, dtype, card, backend)
+def run(call: KernelCall, *, config: Config | None = None, check: bool = True, seed: int | None = None) -> RunResult:
+    """Analyse, check and (on a GPU) time one config of ``call`` on its card (the kernel's default config, or a
+    tuned one, when ``config`` is None)."""
+    spec, shape, dtype, card, backend = call.spec, call.shape, call.dtype, call.card, call.backend
+    config = config if config is not None else resolve_config(call)
     cost = spec.cost(shape, dtype)
     roofline = roofline_of(cost, card)
-    resources, occ, waves = static_analysis(spec, shape, dtype, config, card, backend)
+    resources, occ, waves = static_analysis(call, config)
     seed = secrets.randbits(31) if seed is None else seed
     notes: list[str] = []
     timing = None
@@ -273,5 +286,4 @@ def run(spec: KernelSpec, shape: Shape, dtype: str, card: Card, *, backend: str 
             inputs = spec.make_inputs(shape, dtype, device(), seed)
             outputs = spec.make_outputs(inputs)
         timing = _time(spec, inputs, outputs, config, backend, cost, roofline)
-    return RunResult(spec.name, backend, dtype, shape, config, card.key, mode, cost, roofline, resources, occ,
-                     waves, result, timing, notes)
+    return RunResult(call, config, mode, cost, roofline, resources, occ, waves, result, timing, notes)

@@ -19,6 +19,7 @@ from iotrace.autotune.tuner import TuneOptions, UnsupportedDtypeError, tune
 from iotrace.cards import lookup
 from iotrace.cli import main as cli_main
 from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.kernel_call import KernelCall
 from iotrace.kernels.gemm import GemmSpec
 from iotrace.occupancy import occupancy
 from iotrace.runner import resolve_config
@@ -201,11 +202,11 @@ def test_exported_best_config_is_loaded_at_run_time(tmp_path: Path, monkeypatch:
     assert entry["basis"] == "predicted" and entry["shape_bucket"] == SHAPE
     export_best(result, best)  # the same key again replaces, not duplicates
     assert len(json.loads(best.read_text())["entries"]) == 1
-    assert resolve_config(GEMM, SHAPE, "fp16", card, "triton") == GEMM.default_config(SHAPE, "fp16", card)
+    assert resolve_config(KernelCall(GEMM, SHAPE, "fp16", card)) == GEMM.default_config(SHAPE, "fp16", card)
     monkeypatch.setenv(ENV_TUNED, str(best))
     # A shape in the same bucket (every size rounded up to a power of two) gets the tuned config.
     near = {**SHAPE, "M": 4000}
-    assert resolve_config(GEMM, near, "fp16", card, "triton") == result.best.config
+    assert resolve_config(KernelCall(GEMM, near, "fp16", card)) == result.best.config
     assert tuned_config(GEMM, near, "fp16", lookup("h100"), "triton") is None  # another card: the default
     assert tuned_config(GEMM, {**SHAPE, "M": 8192}, "fp16", card, "triton") is None  # another bucket
 

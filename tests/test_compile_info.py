@@ -12,6 +12,7 @@ import pytest
 
 from iotrace.cards import lookup
 from iotrace.compiler import compile_resources, parse_ptxas_log
+from iotrace.kernel_call import KernelCall
 from iotrace.kernels.attention_decode import DecodeSpec
 from iotrace.kernels.attention_prefill import PrefillSpec
 from iotrace.kernels.draft_verify import DraftVerifySpec
@@ -106,7 +107,7 @@ def test_static_analysis_gives_occupancy_and_waves() -> None:
     card = lookup("h100")
     shape = NORM.check_shape({"rows": 4096, "hidden": 8192, "residual": 1})
     config = NORM.default_config(shape, "bf16", card)
-    resources, occ, waves = static_analysis(NORM, shape, "bf16", config, card, "triton")
+    resources, occ, waves = static_analysis(KernelCall(NORM, shape, "bf16", card), config)
     assert occ.threads_per_block == 512 and occ.registers_per_thread == resources[0].registers
     assert occ.active_blocks_per_sm >= 1
     assert waves == pytest.approx(4096 / (occ.active_blocks_per_sm * 132))
@@ -118,4 +119,4 @@ def test_a_config_that_cannot_launch_is_refused() -> None:
     config = {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 5,
               "USE_TMA": False}
     with pytest.raises(ConfigError, match=r"cannot launch on NVIDIA A10G: .* bytes of shared memory per block exceed"):
-        static_analysis(GEMM, shape, "fp16", config, card, "triton")
+        static_analysis(KernelCall(GEMM, shape, "fp16", card), config)

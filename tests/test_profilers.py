@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from iotrace.cards import lookup
+from iotrace.kernel_call import KernelCall
+from iotrace.plugins import kernel
 from tests.conftest import run_cli
 from tests.test_profilers_standins import NCU_REP, NSYS_SQLITE, calls, install
 
@@ -253,7 +256,7 @@ def test_child_argv_parses_back_to_the_same_run() -> None:
     from iotrace.cli import build_parser
     from iotrace.trace.profilers.child import RunPlan, child_argv
 
-    plan = RunPlan("gemm", "triton", {"M": 64, "N": 32, "K": 16, "bias": 1}, "bf16",
+    plan = RunPlan(KernelCall(kernel("gemm"), {"M": 64, "N": 32, "K": 16, "bias": 1}, "bf16", lookup("a100")),
                    {"BLOCK_M": 64, "USE_TMA": True, "num_warps": 4}, seed=11, check=False, card="a100")
     argv = child_argv(plan, python="/usr/bin/python3")
     assert argv[:5] == ["/usr/bin/python3", "-m", "iotrace", "run", "gemm"]
@@ -303,7 +306,8 @@ def test_report_failure_falls_back_to_the_summary(corpus: Path, capsys: pytest.C
     from iotrace.trace.profilers.child import RunPlan
 
     tables = load(corpus / NCU_REP)
-    plan = RunPlan("gemm", "triton", {"M": 64, "N": 64, "K": 64, "bias": 0}, "fp16", {}, seed=1)
+    plan = RunPlan(KernelCall(kernel("gemm"), {"M": 64, "N": 64, "K": 64, "bias": 0}, "fp16", lookup("h100")), {},
+                   seed=1)
     _print_report(corpus / "no-such-export.ncu-rep", tables, ["dot_prod"], plan)
     out = capsys.readouterr().out
     assert out.startswith("report unavailable (iotrace: error: ") and "does not exist" in out

@@ -5,10 +5,10 @@ Public surface (imported on first use, so ``import iotrace.autotune`` costs noth
     from iotrace.autotune import TuneOptions, tune
     result = tune(kernel("gemm"), shape, "fp16", lookup("h100"), TuneOptions(mode="static"))
 
-Modules: ``space`` (the configs), ``static`` (compile, occupancy, prune), ``model`` (predicted time), ``strategies``
-(exhaustive, random, model), ``backends`` (GPU, interpreter, replay), ``cache`` (SQLite), ``sweep`` and ``replay``
-(recorded sweeps), ``export`` (tuned configs kernels load at run time), ``tuner`` (the job), ``result`` (its
-records), ``render``, ``command``.
+Modules: ``space`` (the configs), ``static`` (compile, occupancy, prune), ``cost_model`` (predicted time),
+``strategies`` (exhaustive, random, model), ``backends`` (GPU, interpreter, replay), ``cache`` (SQLite), ``sweep``
+and ``replay`` (recorded sweeps), ``export`` (writes the tuned configs :mod:`iotrace.tuned` loads at run time),
+``tuner`` (the job), ``result`` (its records), ``render``. The flags are in :mod:`iotrace.cli.tune`.
 """
 
 from __future__ import annotations

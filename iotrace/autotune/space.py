@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.tuned import shape_bucket
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -30,16 +31,6 @@ def config_key(config: Mapping[str, Any]) -> str:
 
 def shape_text(shape: Mapping[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())
-
-
-def shape_bucket(spec: KernelSpec, shape: Shape) -> Shape:
-    """The bucket a tuned config stands for: every size rounded up to a power of two, switches kept.
-
-    An exported best config serves every shape of its bucket at run time (M=4000 and M=3000 run M=4096's choice),
-    as a deployment cannot tune every size; the tuning cache keys rows by bucket but reuses a measurement only at
-    the exact shape it was taken at.
-    """
-    return {k: v if k in spec.shape_flags else 1 << max(0, (v - 1).bit_length()) for k, v in shape.items()}
 
 
 def kernel_space(spec: KernelSpec, shape: Shape, dtype: str, card: Card, backend: str = "triton",

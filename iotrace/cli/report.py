@@ -1,4 +1,4 @@
-"""``iotrace report`` and ``iotrace diff``: their flags and entry points (wired into the CLI by ``iotrace.cli``)."""
+"""``iotrace info``, ``iotrace report`` and ``iotrace diff``: what a profiler export holds, its report, two compared."""
 
 from __future__ import annotations
 
@@ -8,25 +8,42 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from iotrace.argtypes import binary_count, key_values
+from iotrace.cli.output import add_json, emit
 from iotrace.errors import InvalidValueError
 
-__all__ = ["FORMATS", "add_diff_arguments", "add_report_arguments", "diff_main", "report_main"]
+__all__ = ["FORMATS", "add_diff_arguments", "add_report_arguments", "diff_main", "register", "report_main"]
 
 #: Output formats of ``iotrace report``; png and svg go through kaleido and need Chromium.
 FORMATS = ("term", "md", "html", "png", "svg", "json")
 DIFF_FORMATS = ("term", "md", "json")
 
 
-def _mapping(text: str) -> dict[str, int | bool]:
-    from iotrace.cli import _mapping as parse  # the CLI's K=V parser, imported when a flag is parsed
+def register(commands: argparse._SubParsersAction) -> None:
+    info = commands.add_parser("info", help="what a profiler export holds: format, devices and cards, counts, "
+                                            "top kernels (ncu-rep, ncu/nvprof CSV, nsys sqlite/nsys-rep, Kineto)")
+    info.add_argument("trace", type=Path, metavar="TRACE", help="the export; its format is found from its content")
+    info.add_argument("--top", type=binary_count, default=10, help="how many kernels to list (default 10)")
+    add_json(info)
+    info.set_defaults(func=_cmd_info)
+    report = commands.add_parser("report", help="warp stalls, roofline, occupancy and timeline of a profiler export, "
+                                                "with findings (terminal, md, html, png, json)")
+    add_report_arguments(report)
+    report.set_defaults(func=report_main)
+    diff = commands.add_parser("diff", help="per-kernel deltas of two exports (before/after): time, stalls, bytes, "
+                                            "occupancy")
+    add_diff_arguments(diff)
+    diff.set_defaults(func=diff_main)
 
-    return parse(text)
 
+def _cmd_info(args: argparse.Namespace) -> None:
+    from iotrace.trace.info import render_info, summarise
+    from iotrace.trace.loader import load
 
-def _count(text: str) -> int:
-    from iotrace.cli import count
-
-    return count(text)
+    if args.top < 0:
+        raise InvalidValueError(f"--top {args.top} is negative", "give 0 or more")
+    info = summarise(load(args.trace), top=args.top)
+    emit(args, info, lambda: print(render_info(info)))
 
 
 def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
@@ -40,7 +57,7 @@ def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
     parser.add_argument("--ceilings", choices=("auto", "file", "card"), default="auto",
                         help="roofline ceilings: the file's own *.peak_sustained (file), the card (card), or the "
                              "file's where present, else the card's (auto, default)")
-    parser.add_argument("--top", type=_count, default=50, help="report at most this many kernels (default 50)")
+    parser.add_argument("--top", type=binary_count, default=50, help="report at most this many kernels (default 50)")
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,11 +66,11 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin", metavar="KERNEL",
                         help="treat the selected kernels as this iotrace kernel plugin (see `iotrace kernels`); "
                              "kernels under an iotrace/<kernel> NVTX range are matched without it")
-    parser.add_argument("--shape", type=_mapping, metavar="K=V,...",
+    parser.add_argument("--shape", type=key_values, metavar="K=V,...",
                         help="the plugin's problem shape, for its cost model beside the counters (e.g. "
                              "M=4096,N=4096,K=4096)")
     parser.add_argument("--dtype", help="the plugin's dtype for its cost model (default: its first)")
-    parser.add_argument("--details", type=_count, default=5,
+    parser.add_argument("--details", type=binary_count, default=5,
                         help="kernels shown in full detail in the terminal and Markdown (default 5)")
     parser.add_argument("--images", action="store_true",
                         help="with --format md and -o: write the figures as PNG beside the Markdown (kaleido)")
@@ -149,6 +166,13 @@ def report_main(args: argparse.Namespace) -> None:
         written = write_figures(report, args.output.with_suffix(""), fmt, first=args.output)
         for path in written.values():
             print(f"wrote {path}")
+
+
+def print_terminal(report: Any, details: int = 5) -> None:
+    """``report`` in the terminal as ``iotrace report`` draws it (a pipe gets the report's design width)."""
+    from iotrace.trace.render.terminal import print_report
+
+    _terminal_text(lambda c: print_report(c, report, details), False)
 
 
 def diff_main(args: argparse.Namespace) -> None:

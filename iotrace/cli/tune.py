@@ -13,8 +13,9 @@ import argparse
 import json
 from pathlib import Path
 
+from iotrace.argtypes import binary_count, key_values, si_number
 from iotrace.autotune.cache import default_path
-from iotrace.cli import _add_card, _mapping, count, number
+from iotrace.cli.output import add_card, finite_json
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.render.html_figure import check_html_path
 
@@ -27,24 +28,31 @@ class TuneInterrupted(IotraceError):
     exit_code = 130
 
 
+def register(commands: argparse._SubParsersAction) -> None:
+    tune = commands.add_parser("tune", help="autotune a kernel for a card: static pruning from compiled resources, "
+                                            "verified measurements on a GPU, cached")
+    add_arguments(tune)
+    tune.set_defaults(func=main)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kernel", metavar="KERNEL", help="a kernel name (see `iotrace kernels`)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--preset", metavar="NAME", help="a named shape from a real model (see `iotrace kernels`)")
-    where.add_argument("--shape", type=_mapping, metavar="K=V,...", help="a free shape, e.g. M=4096,N=4096,K=4096")
+    where.add_argument("--shape", type=key_values, metavar="K=V,...", help="a free shape, e.g. M=4096,N=4096,K=4096")
     parser.add_argument("--dtype", help="input dtype (default: the kernel's first, e.g. fp16)")
-    _add_card(parser, " (default: $IOTRACE_CARD, then the local GPU)")
+    add_card(parser, " (default: $IOTRACE_CARD, then the local GPU)")
     parser.add_argument("--backend", default="triton", help="triton (default) or cuda where the kernel has it")
     parser.add_argument("--strategy", default="model", metavar="NAME",
                         help="exhaustive, random or model (default: measure the model's top-k, then local search)")
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--budget", type=count, metavar="N", help="at most N evaluations")
-    budget.add_argument("--time", type=number, metavar="S", help="at most S seconds of evaluation")
-    parser.add_argument("--fix", type=_mapping, metavar="K=V,...",
+    budget.add_argument("--budget", type=binary_count, metavar="N", help="at most N evaluations")
+    budget.add_argument("--time", type=si_number, metavar="S", help="at most S seconds of evaluation")
+    parser.add_argument("--fix", type=key_values, metavar="K=V,...",
                         help="tune only the configs with these values, e.g. BLOCK_K=64,num_stages=3")
     parser.add_argument("--static", action="store_true",
                         help="static phase only: compile, prune, rank by the cost model; launch nothing")
-    parser.add_argument("--verify", type=count, default=3, metavar="N",
+    parser.add_argument("--verify", type=binary_count, default=3, metavar="N",
                         help="without a GPU: check the top N ranked configs under the Triton interpreter "
                              "(default 3; 0: none). On a GPU every measured config is checked")
     parser.add_argument("--replay", type=Path, metavar="SWEEP.json",
@@ -55,9 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", type=Path, metavar="FILE",
                         help="the tuning cache (default $XDG_CACHE_HOME/iotrace/tune.sqlite3)")
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the tuning cache")
-    parser.add_argument("--jobs", type=count, metavar="N", help="compile workers (default: one per CPU core)")
-    parser.add_argument("--seed", type=count, metavar="N", help="seed of the inputs and of random search")
-    parser.add_argument("--rows", type=count, default=15, metavar="N", help="table rows to show (default 15)")
+    parser.add_argument("--jobs", type=binary_count, metavar="N", help="compile workers (default: one per CPU core)")
+    parser.add_argument("--seed", type=binary_count, metavar="N", help="seed of the inputs and of random search")
+    parser.add_argument("--rows", type=binary_count, default=15, metavar="N", help="table rows to show (default 15)")
     parser.add_argument("-o", "--output", type=Path, metavar="FILE.html",
                         help="write a chart of time against occupancy and against the predicted time")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -107,9 +115,8 @@ def main(args: argparse.Namespace) -> None:
         write_figure(result, args.output)
     exported = export_best(result, args.export) if args.export is not None else None
     if args.json:
-        from iotrace.cli import _finite_json
 
-        print(json.dumps(_finite_json(result.to_dict()), indent=2, allow_nan=False))
+        print(json.dumps(finite_json(result.to_dict()), indent=2, allow_nan=False))
         return
     print_tune(console, result, args.rows)
     if args.output is not None:

@@ -74,13 +74,14 @@ def _roofline_table(spec, shape, dtype) -> str:
 
 def _occupancy_table(spec, shape, dtype) -> str:
     from iotrace.cards import lookup
+    from iotrace.kernel_call import KernelCall
     from iotrace.runner import static_analysis
 
     rows = []
     for key in CARDS:
         card = lookup(key)
         config = spec.default_config(shape, dtype, card)
-        resources, occ, waves = static_analysis(spec, shape, dtype, config, card, "triton")
+        resources, occ, waves = static_analysis(KernelCall(spec, shape, dtype, card), config)
         main = resources[0]
         rows.append([card.name, main.target, _config_text(config, {}), main.registers, main.shared_mem_bytes,
                      main.spills, f"{num(occ.occupancy_pct)}%", ", ".join(occ.limiters), num(waves)])

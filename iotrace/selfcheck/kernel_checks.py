@@ -45,6 +45,7 @@ def _time_baselines(spec: KernelSpec, shape: Shape, dtype: str, ours_us: float, 
 
 def check_kernels(step: Step, specs: list[KernelSpec], card: Card, gpu: bool, quick: bool,
                   ceilings: dict[str, float], out_of_time: Callable[[], bool]) -> Step:
+    from iotrace.kernel_call import KernelCall
     from iotrace.runner import run
 
     failed = []
@@ -57,7 +58,7 @@ def check_kernels(step: Step, specs: list[KernelSpec], card: Card, gpu: bool, qu
                 continue
             started = time.perf_counter()
             try:
-                result = run(spec, shape, dtype, card, check=True)
+                result = run(KernelCall.make(spec, shape, dtype, card), check=True)
             except Exception as exc:  # one kernel's failure is a row, not the end of the run
                 failed.append(f"{spec.name} {preset}")
                 step.rows.append({"kernel": spec.name, "preset": preset, "correct": False,

@@ -14,23 +14,37 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iotrace.errors import InvalidValueError
+from iotrace.kernel_call import KernelCall
 
 __all__ = ["RunPlan", "child_argv", "mapping_text"]
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One kernel run, fully resolved: what the child runs and what the manifest records."""
+    """One kernel run, fully resolved: the call, its config and seed; what the child runs and the manifest records."""
 
-    kernel: str
-    backend: str
-    shape: dict[str, int]
-    dtype: str
+    call: KernelCall
     config: dict[str, Any]
     seed: int
     check: bool = True
     card: str | None = None  # --card given to the child; None lets it use $IOTRACE_CARD or the local GPU
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kernel(self) -> str:
+        return self.call.kernel
+
+    @property
+    def backend(self) -> str:
+        return self.call.backend
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return dict(self.call.shape)
+
+    @property
+    def dtype(self) -> str:
+        return self.call.dtype
 
 
 def mapping_text(values: Mapping[str, Any]) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from iotrace.checkout import git_info  # the manifest records which source ran
+from iotrace.kernel_call import KernelCall
 
 __all__ = ["SCHEMA", "Manifest", "device_info", "git_info", "utc_now", "versions"]
 
@@ -47,10 +48,7 @@ def utc_now() -> datetime:
 class Manifest:
     """Everything that made one capture; :meth:`write` puts it beside the capture as JSON."""
 
-    kernel: str
-    backend: str
-    shape: dict[str, int]
-    dtype: str
+    call: KernelCall
     config: dict[str, Any]
     seed: int
     check: bool
@@ -58,7 +56,7 @@ class Manifest:
     tool: dict[str, Any]
     options: dict[str, Any]
     argv: dict[str, Any]
-    card: dict[str, Any]
+    card_given: str | None  # --card as given (None: $IOTRACE_CARD or the local GPU chose it)
     started: datetime
     paths: dict[str, str | None]
     nvtx_filter: str | None = None
@@ -74,9 +72,9 @@ class Manifest:
         finished = self.finished or utc_now()
         return {
             "schema": SCHEMA, "status": self.status, "error": self.error,
-            "kernel": self.kernel, "backend": self.backend, "shape": self.shape, "dtype": self.dtype,
-            "config": self.config, "seed": self.seed, "check": self.check, "range": self.range,
-            "nvtx_filter": self.nvtx_filter, "tool": self.tool, "options": self.options,
+            "kernel": self.call.kernel, "backend": self.call.backend, "shape": dict(self.call.shape),
+            "dtype": self.call.dtype, "config": self.config, "seed": self.seed, "check": self.check,
+            "range": self.range, "nvtx_filter": self.nvtx_filter, "tool": self.tool, "options": self.options,
             "argv": self.argv,
             "card": self.card, "device": self.device, "versions": self.versions, "git": self.git,
             "started_utc": self.started.isoformat(timespec="seconds"),
@@ -84,6 +82,15 @@ class Manifest:
             "seconds": round((finished - self.started).total_seconds(), 3),
             "paths": self.paths, "kernels": self.kernels,
         }
+
+    @property
+    def card(self) -> dict[str, Any]:
+        card = self.call.card
+        return {"key": card.key, "name": card.name, "cc": card.cc, "origin": card.origin, "given": self.card_given}
+
+    @property
+    def kernel(self) -> str:
+        return self.call.kernel
 
     def write(self) -> Path:
         path = Path(self.paths["manifest"] or "manifest.json")

@@ -1,0 +1,249 @@
+"""``iotrace tour``, ``cards``, ``card``, ``math IDENTITY`` and ``occupancy``: the CardBook and the six identities."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from iotrace.argtypes import binary_count, bits, si_number
+from iotrace.cli.output import OneLineParser, add_card, add_json, console, emit
+from iotrace.errors import InvalidValueError
+
+__all__ = ["register"]
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    tour = commands.add_parser("tour", help="a tour that needs no GPU: cards, the identities, an occupancy answer")
+    add_card(tour, " (default rtx3090)")
+    tour.set_defaults(func=_cmd_tour)
+
+    cards = commands.add_parser("cards", help="list the CardBook")
+    add_json(cards)
+    cards.set_defaults(func=_cmd_cards)
+
+    card = commands.add_parser("card", help="one card's specifications with sources (no NAME: detect the local GPU)")
+    card.add_argument("name", nargs="?", metavar="NAME", help="card name or alias; omitted: $IOTRACE_CARD, then GPU 0")
+    add_json(card)
+    card.set_defaults(func=_cmd_card)
+
+    math_parser = commands.add_parser("math", help="the six identities, worked with the numbers substituted")
+    identities = math_parser.add_subparsers(dest="identity", metavar="IDENTITY", parser_class=OneLineParser)
+    identities.required = True
+
+    decode = identities.add_parser("decode", help="1. decode wall: tok/s ≈ B / (N · q)")
+    add_card(decode)
+    decode.add_argument("--bandwidth-gbs", type=si_number, metavar="GB/s", help="memory bandwidth instead of a card")
+    decode.add_argument("--params", type=si_number, metavar="N", help="parameters, e.g. 27e9 or 27B")
+    decode.add_argument("--model", metavar="NAME", help="take --params from a known model (e.g. llama-3-8b)")
+    weights = decode.add_mutually_exclusive_group()
+    weights.add_argument("--bits", type=bits, help="bits per weight (e.g. 4, 8, 16)")
+    weights.add_argument("--tokens-per-s", type=si_number, metavar="TOK/S",
+                         help="solve for q instead: the bytes per weight this rate needs")
+    add_json(decode)
+    decode.set_defaults(func=_cmd_decode)
+
+    prefill = identities.add_parser("prefill", help="2. prefill: FLOPs ≈ 2 · N · S; tok/s ≈ peak / (2 · N)")
+    add_card(prefill)
+    prefill.add_argument("--peak-tflops", type=si_number, metavar="TF", help="peak TFLOP/s instead of a card")
+    prefill.add_argument("--precision", default="bf16_tensor", help="card peak to use (default bf16_tensor)")
+    prefill.add_argument("--params", type=si_number, metavar="N", help="parameters, e.g. 8e9")
+    prefill.add_argument("--model", metavar="NAME", help="take --params from a known model")
+    prefill.add_argument("--tokens", type=binary_count, required=True, metavar="S",
+                         help="prompt tokens, e.g. 2048 or 2k")
+    add_json(prefill)
+    prefill.set_defaults(func=_cmd_prefill)
+
+    kv = identities.add_parser("kv", help="3. KV cache: bytes = 2 · L · n_kv · d_h · S · q_kv")
+    kv.add_argument("--model", metavar="NAME", help="take layers, KV heads and head dim from a known model")
+    kv.add_argument("--layers", type=binary_count, metavar="L")
+    kv.add_argument("--kv-heads", type=binary_count, metavar="N_KV")
+    kv.add_argument("--head-dim", type=binary_count, metavar="D_H")
+    kv.add_argument("--tokens", type=binary_count, required=True, metavar="S", help="context length, e.g. 8192 or 8k")
+    kv.add_argument("--bits", type=bits, default=16.0, help="bits per cached value (default 16; int8 is 8)")
+    kv.add_argument("--batch", type=binary_count, default=1, help="sequences (default 1)")
+    kv.add_argument("--scale-bytes", type=si_number, default=0.0, metavar="B",
+                    help="a quantised cache's scale bytes per token, layer and KV head (int8 with fp32 K and V "
+                         "scales: 8)")
+    add_card(kv, ": also say how much context fits in its memory")
+    kv.add_argument("--weight-bits", type=bits,
+                    help="with --card and --model: leave room for the weights at this width")
+    add_json(kv)
+    kv.set_defaults(func=_cmd_kv)
+
+    roof = identities.add_parser("roofline", help="4. roofline: I = FLOPs/bytes; attainable = min(peak, I·B)")
+    add_card(roof)
+    roof.add_argument("--flops", type=si_number, required=True, help="operations of the kernel, e.g. 1.37e11")
+    roof.add_argument("--bytes", type=si_number, required=True, help="bytes to and from device memory")
+    roof.add_argument("--precision", default="bf16_tensor", help="card peak to use (default bf16_tensor)")
+    roof.add_argument("--peak-tflops", type=si_number, metavar="TF", help="peak instead of a card")
+    roof.add_argument("--bandwidth-gbs", type=si_number, metavar="GB/s", help="bandwidth instead of a card")
+    add_json(roof)
+    roof.set_defaults(func=_cmd_roofline)
+
+    spec = identities.add_parser("spec", help="5. speculation: E[tokens] = (1 − α^(γ+1)) / (1 − α)")
+    spec.add_argument("--alpha", type=si_number, required=True, help="acceptance rate per draft token, 0..1")
+    spec.add_argument("--gamma", type=binary_count, required=True, help="draft tokens per step")
+    spec.add_argument("--draft-cost", type=si_number, metavar="C",
+                      help="draft step time over target step time: also give the speedup")
+    add_json(spec)
+    spec.set_defaults(func=_cmd_spec)
+
+    for parent, name in ((identities, "occupancy"), (commands, "occupancy")):
+        occ = parent.add_parser(name, help="6. occupancy: active warps / max warps, with every limit")
+        _add_occupancy_args(occ)
+
+
+def _add_occupancy_args(occ: argparse.ArgumentParser) -> None:
+    target = occ.add_mutually_exclusive_group()
+    target.add_argument("--cc", help="compute capability, e.g. 8.6, 90, sm_120")
+    target.add_argument("--card", metavar="NAME",
+                        help="a CardBook card; its compute capability is used (neither: $IOTRACE_CARD, then GPU 0)")
+    occ.add_argument("--threads", type=binary_count, required=True, help="threads per block (1..1024)")
+    occ.add_argument("--regs", type=binary_count, required=True, help="registers per thread (0..255)")
+    occ.add_argument("--smem-static", type=binary_count, default=0, metavar="BYTES",
+                     help="static shared memory per block")
+    occ.add_argument("--smem-dynamic", type=binary_count, default=0, metavar="BYTES",
+                     help="dynamic shared memory per block")
+    occ.add_argument("--smem-reserved", type=binary_count, metavar="BYTES",
+                     help="driver-reserved shared memory per block (default: the CC's, 1 KB from 8.0)")
+    carve = occ.add_mutually_exclusive_group()
+    carve.add_argument("--carveout-pct", type=binary_count, metavar="PCT",
+                       help="preferred carveout, 0..100 (-1 default)")
+    carve.add_argument("--smem-config", type=binary_count, metavar="BYTES",
+                       help="shared memory per SM the driver configured (ncu: launch__shared_mem_config_size)")
+    occ.add_argument("--barriers", type=binary_count, default=1, help="block barriers the kernel uses (default 1)")
+    occ.add_argument("--no-optin", action="store_true",
+                     help="the kernel did not opt in to more than 48 KB of shared memory per block")
+    occ.add_argument("--curves", action="store_true", help="include the what-if curves (with --json)")
+    occ.add_argument("-o", "--output", type=Path, metavar="FILE.html", help="write the what-if curves as a plotly page")
+    add_json(occ)
+    occ.set_defaults(func=_cmd_occupancy)
+
+
+def _card_or_none(name: str | None, needed: bool = True):
+    """The card named by --card; without one, $IOTRACE_CARD or the local GPU when the answer needs a card."""
+    from iotrace.cards import ENV_CARD, detect, lookup
+
+    if name is not None:
+        return lookup(name)
+    if os.environ.get(ENV_CARD) or needed:
+        return detect()
+    return None
+
+
+def _model_field(args: argparse.Namespace, field: str, given: Any) -> Any:
+    if given is not None:
+        return given
+    if getattr(args, "model", None):
+        from iotrace.model_shapes import model
+
+        return getattr(model(args.model), field)
+    flag = "--" + field.replace("_", "-")
+    raise InvalidValueError(f"{flag} is missing", f"give {flag} or --model NAME (e.g. --model llama-3-8b)")
+
+
+def _cmd_cards(args: argparse.Namespace) -> None:
+    from iotrace.cards import card_book
+    from iotrace.render.console import print_cards
+
+    book = card_book()
+    emit(args, [c.to_dict() for c in book], lambda: print_cards(console(), book))
+
+
+def _cmd_card(args: argparse.Namespace) -> None:
+    from iotrace.cards import detect
+    from iotrace.render.console import print_card
+
+    found = detect(args.name)
+    emit(args, found.to_dict(), lambda: print_card(console(), found))
+
+
+def _show(args: argparse.Namespace, derivation: Any) -> None:
+    from iotrace.render.console import print_derivation
+
+    emit(args, derivation.to_dict(), lambda: print_derivation(console(), derivation))
+
+
+def _cmd_decode(args: argparse.Namespace) -> None:
+    from iotrace.derivations import decode
+
+    params = _model_field(args, "params", args.params)
+    _show(args, decode(params, None if args.bits is None else args.bits / 8,
+                       card=_card_or_none(args.card, needed=args.bandwidth_gbs is None),
+                       bandwidth_gbs=args.bandwidth_gbs, tokens_per_s=args.tokens_per_s))
+
+
+def _cmd_prefill(args: argparse.Namespace) -> None:
+    from iotrace.derivations import prefill
+
+    params = _model_field(args, "params", args.params)
+    _show(args, prefill(params, args.tokens, card=_card_or_none(args.card, needed=args.peak_tflops is None),
+                        precision=args.precision,
+                        peak_tflops=args.peak_tflops))
+
+
+def _cmd_kv(args: argparse.Namespace) -> None:
+    from iotrace.derivations import kv_cache
+
+    layers = _model_field(args, "layers", args.layers)
+    kv_heads = _model_field(args, "kv_heads", args.kv_heads)
+    head_dim = _model_field(args, "head_dim", args.head_dim)
+    weight_bytes = 0.0
+    if args.weight_bits is not None:
+        if args.model is None or args.card is None:
+            raise InvalidValueError("--weight-bits needs --model (for the parameter count) and --card (for memory)",
+                                    "e.g. --model llama-3-8b --card h200 --weight-bits 16")
+        weight_bytes = _model_field(args, "params", None) * args.weight_bits / 8
+    _show(args, kv_cache(layers, kv_heads, head_dim, args.tokens, args.bits / 8, batch=args.batch,
+                         card=_card_or_none(args.card, needed=False), weight_bytes=weight_bytes,
+                         scale_bytes=args.scale_bytes))
+
+
+def _cmd_roofline(args: argparse.Namespace) -> None:
+    from iotrace.derivations import roofline
+
+    needed = args.peak_tflops is None or args.bandwidth_gbs is None
+    _show(args, roofline(args.flops, args.bytes, card=_card_or_none(args.card, needed), precision=args.precision,
+                         peak_tflops=args.peak_tflops, bandwidth_gbs=args.bandwidth_gbs))
+
+
+def _cmd_spec(args: argparse.Namespace) -> None:
+    from iotrace.derivations import speculation
+
+    _show(args, speculation(args.alpha, args.gamma, args.draft_cost))
+
+
+def _cmd_occupancy(args: argparse.Namespace) -> None:
+    from iotrace.occupancy import curve_block_size, curve_registers, curve_shared_mem, occupancy
+    from iotrace.render.console import print_occupancy
+
+    cc = args.cc if args.cc is not None else _card_or_none(args.card).sm_limits
+    result = occupancy(cc, args.threads, args.regs, args.smem_static, args.smem_dynamic,
+                       smem_reserved=args.smem_reserved, carveout_pct=args.carveout_pct,
+                       smem_config=args.smem_config, barriers=args.barriers, smem_optin=not args.no_optin)
+    data = result.to_dict()
+    if args.curves:
+        data["curves"] = {name: [vars(p) for p in build(result)] for name, build in
+                          (("block_size", curve_block_size), ("registers", curve_registers),
+                           ("shared_mem", curve_shared_mem))}
+    if args.output is not None:
+        _write_figure(args.output, result)
+    emit(args, data, lambda: print_occupancy(console(), result))
+    if args.output is not None and not args.json:
+        print(f"wrote {args.output}")
+
+
+def _write_figure(path: Path, result: Any) -> None:
+    from iotrace.render.html_figure import write_html
+    from iotrace.render.occupancy_figure import occupancy_figure
+
+    write_html(occupancy_figure(result), path)
+
+
+def _cmd_tour(args: argparse.Namespace) -> None:
+    from iotrace.tour import run_tour
+
+    run_tour(console(), args.card or "rtx3090")
+

@@ -1,0 +1,69 @@
+"""``iotrace note TRACE`` and ``iotrace notes rebuild|check``: annotated-trace notes."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from iotrace.cli.output import OneLineParser, add_card, add_json, emit
+from iotrace.errors import InvalidValueError, StaleNotesError
+
+__all__ = ["register"]
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    note = commands.add_parser("note", help="write an annotated-trace note (Markdown + figures) from a profiler export")
+    note.add_argument("trace", type=Path, metavar="TRACE", help="the export; its format is found from its content")
+    note.add_argument("--title", required=True, help="the note's title")
+    note.add_argument("-o", "--output", type=Path, required=True, metavar="NOTE.md",
+                      help="where to write it; figures go to img/ beside it; annotations already there are kept")
+    note.add_argument("--kernel", metavar="REGEX", help="only kernels whose name matches")
+    add_card(note, " (default: the file's device)")
+    note.add_argument("--no-images", action="store_true", help="no PNG figures (they need kaleido and Chromium)")
+    note.set_defaults(func=_cmd_note)
+
+    notes = commands.add_parser("notes", help="the published annotated-trace notes in notes/: rebuild them, or check "
+                                              "that none is stale")
+    notes_actions = notes.add_subparsers(dest="action", metavar="ACTION", parser_class=OneLineParser)
+    notes_actions.required = True
+    for action, text in (("rebuild", "rewrite the notes (and their images), keeping the human annotations"),
+                         ("check", "exit 1 when a note's numbers differ from what the code computes now")):
+        sub = notes_actions.add_parser(action, help=text)
+        sub.add_argument("names", nargs="*", metavar="NAME", help="only these notes (default: all)")
+        sub.add_argument("--dir", type=Path, default=Path("notes"), help="the notes folder (default notes/)")
+        if action == "rebuild":
+            sub.add_argument("--no-images", action="store_true", help="leave the PNG figures as they are")
+        add_json(sub)
+        sub.set_defaults(func=_cmd_notes)
+
+
+def _cmd_note(args: argparse.Namespace) -> None:
+    from iotrace.notes import catalog, from_trace
+    from iotrace.notes.images import write_images
+
+    if args.output.suffix != ".md":
+        raise InvalidValueError(f"-o {args.output} is not a .md file", "name the note NAME.md")
+    note = from_trace.build(args.trace, name=args.output.stem, title=args.title, corpus=catalog.CORPUS,
+                            kernel=args.kernel, card=args.card, images=not args.no_images)
+    text = catalog.render_with_kept(note, args.output)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    written = write_images(note, args.output.parent / "img") if note.images else []
+    args.output.write_text(text)
+    for path in [*written, args.output]:
+        print(f"wrote {path}")
+
+
+def _cmd_notes(args: argparse.Namespace) -> None:
+    from iotrace.notes import catalog
+
+    if args.action == "rebuild":
+        written = catalog.rebuild(args.dir, args.names, images=not args.no_images)
+        emit(args, [str(p) for p in written], lambda: print("\n".join(f"wrote {p}" for p in written)))
+        return
+    found = catalog.stale(args.dir, args.names)
+    emit(args, found, lambda: print("\n".join(f"stale: {name}: {why}" for name, why in found.items()) or
+                                     f"every note in {args.dir} matches the code"))
+    if found:
+        raise StaleNotesError(f"{len(found)} note(s) are stale: {', '.join(found)}",
+                              "run `iotrace notes rebuild` (or `make notes`) and commit the result")
+

@@ -1,0 +1,62 @@
+"""One kernel call as one value: which kernel, at which shape and dtype, on which card, through which backend.
+
+A :class:`KernelCall` is validated once, where it is made (:meth:`KernelCall.make`): the shape is the kernel's own
+(a preset resolved, every key checked), the dtype and backend are ones the kernel has. The runner, the tuner, a
+profiled run's plan and manifest, and a run's result carry it instead of five loose values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from iotrace.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    from iotrace.cards import Card
+    from iotrace.plugins.spec import KernelSpec, Shape
+
+__all__ = ["KernelCall"]
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """``spec`` at ``shape`` and ``dtype`` on ``card`` through ``backend``; make it with :meth:`make`."""
+
+    spec: KernelSpec
+    shape: Shape
+    dtype: str
+    card: Card
+    backend: str = "triton"
+
+    @classmethod
+    def make(cls, spec: KernelSpec, shape: Mapping[str, int] | None = None, dtype: str | None = None,
+             card: Card | str | None = None, backend: str = "triton", *, preset: str | None = None) -> KernelCall:
+        """Validate and resolve: ``preset`` or ``shape`` (neither: the kernel's default shape), ``dtype`` (None: the
+        kernel's first), ``card`` (a Card, a CardBook name, or None: ``$IOTRACE_CARD``, then the local GPU).
+
+        >>> from iotrace.plugins import kernel
+        >>> KernelCall.make(kernel("rmsnorm"), card="h100").dtype
+        'bf16'
+
+        :raises InvalidValueError: an unknown backend, shape key, preset or dtype, with what the kernel takes.
+        """
+        from iotrace.cards import Card as CardType
+        from iotrace.cards import detect
+
+        if backend not in spec.backends:
+            raise InvalidValueError(f"{spec.name} has no {backend!r} backend", f"use one of {', '.join(spec.backends)}")
+        resolved = spec.shape_for(preset, shape)
+        checked_dtype = spec.check_dtype(dtype or spec.dtypes[0])
+        resolved_card = card if isinstance(card, CardType) else detect(card)
+        return cls(spec, resolved, checked_dtype, resolved_card, backend)
+
+    @property
+    def kernel(self) -> str:
+        return self.spec.name
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form, as manifests and results record it."""
+        return {"kernel": self.spec.name, "backend": self.backend, "shape": dict(self.shape), "dtype": self.dtype,
+                "card": self.card.key}

@@ -1,0 +1,162 @@
+"""Imports point down: the package's import graph, read from the source (every import, also those inside functions),
+has no circle, no module outside ``iotrace.cli`` imports the command line, and no module imports a higher layer.
+
+The layers are the README's architecture section ("Layers"), lowest first. A module belongs to the layer of the
+longest prefix listed; modules of one layer may import each other (without a circle).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "iotrace"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("iotrace", "iotrace.errors", "iotrace.checkout", "iotrace.argtypes", "iotrace.nvtx_ranges",
+     "iotrace.plugin_manager"),
+    ("iotrace.cards", "iotrace.sm_limits", "iotrace.model_shapes", "iotrace.identities"),
+    ("iotrace.occupancy", "iotrace.derivations"),
+    ("iotrace.render",),
+    ("iotrace.plugins",),
+    ("iotrace.compiler",),
+    ("iotrace.kernels",),
+    ("iotrace.kernel_call", "iotrace.tuned", "iotrace.runner"),
+    ("iotrace.trace",),
+    ("iotrace.autotune",),
+    ("iotrace.notes", "iotrace.selfcheck", "iotrace.tour"),
+    ("iotrace.pytest_plugin",),
+    ("iotrace.cli", "iotrace.__main__"),
+)
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """module -> the iotrace modules it imports, anywhere in its source."""
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                candidates = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                # `from pkg import mod` imports the module pkg.mod where it exists, else a name of pkg.
+                candidates = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            else:
+                continue
+            for target in candidates:
+                while target and target not in files:
+                    target = target.rpartition(".")[0]
+                if target.startswith("iotrace") and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def layer_of(module: str) -> int:
+    best, found = -1, None
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), index
+    assert found is not None, f"{module} is in no layer: add it to LAYERS (and to the README's layers)"
+    return found
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+                  for a, targets in graph.items() for b in targets if layer_of(b) > layer_of(a))
+
+
+def test_the_graph_is_read_from_the_source() -> None:
+    graph = import_graph()
+    assert "iotrace.runner" in graph["iotrace.cli.kernels"]  # an import inside a function counts
+    assert "iotrace.errors" in graph["iotrace.occupancy"]
+    assert len(graph) > 100
+
+
+def test_no_import_circles() -> None:
+    assert circles(import_graph()) == []
+
+
+def test_only_the_command_line_imports_the_command_line() -> None:
+    graph = import_graph()
+    offenders = sorted(a for a, targets in graph.items()
+                       if not (a == "iotrace.__main__" or a.startswith("iotrace.cli"))
+                       and any(t == "iotrace.cli" or t.startswith("iotrace.cli.") for t in targets))
+    assert offenders == []
+
+
+def test_imports_point_down() -> None:
+    assert upward(import_graph()) == []
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in import_graph():
+        layer_of(module)
+
+
+@pytest.mark.parametrize(("source", "fault"), [
+    ("from iotrace.autotune.tuner import tune\n", "iotrace.occupancy (layer 2) imports iotrace.autotune.tuner"),
+    ("def f():\n    from iotrace.cli import main\n", "iotrace.occupancy (layer 2) imports iotrace.cli"),
+])
+def test_a_deliberate_upward_import_is_caught(tmp_path: Path, source: str, fault: str) -> None:
+    """The checks above can fail: a copy of the package with one upward import added fails them."""
+    import shutil
+
+    copy = tmp_path / "iotrace"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / "occupancy.py"
+    target.write_text(target.read_text(encoding="utf-8") + "\n" + source, encoding="utf-8")
+    graph = import_graph(copy)
+    assert any(line.startswith(fault) for line in upward(graph))
+    assert circles(graph)  # occupancy is imported from above, so the upward import closes a circle
