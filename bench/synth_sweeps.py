@@ -24,6 +24,7 @@ from iotrace.autotune.space import kernel_space
 from iotrace.autotune.static import static_phase
 from iotrace.autotune.sweep import Sweep, SweepRow
 from iotrace.cards import lookup
+from iotrace.kernel_call import KernelCall
 from iotrace.plugins import kernel
 
 OUT = Path(__file__).resolve().parent / "sweeps"
@@ -43,7 +44,8 @@ def synthesise(name: str, dtype: str, preset: str, card_name: str, fix: dict) ->
     spec, card = kernel(name), lookup(card_name)
     shape = spec.check_shape(spec.presets[preset])
     configs = kernel_space(spec, shape, dtype, card, fix=fix)
-    phase = static_phase(spec, shape, dtype, card, configs, progress=lambda n: print(".", end="", flush=True))
+    phase = static_phase(KernelCall(spec, shape, dtype, card), configs,
+                         progress=lambda n: print(".", end="", flush=True))
     rng = random.Random(SEED)
     rows = []
     for entry in phase.entries:

@@ -1,7 +1,8 @@
 """One kernel call as one value: which kernel, at which shape and dtype, on which card, through which backend.
 
-A :class:`KernelCall` is validated once, where it is made (:meth:`KernelCall.make`): the shape is the kernel's own
-(a preset resolved, every key checked), the dtype and backend are ones the kernel has. The runner, the tuner, a
+A :class:`KernelCall` is validated once, where it is made: the shape is the kernel's own (every key checked, defaults
+filled in), the dtype and backend are ones the kernel has; :meth:`KernelCall.make` also resolves a preset, the default
+dtype and the card. The runner, the tuner, a
 profiled run's plan and manifest, and a run's result carry it instead of five loose values.
 """
 
@@ -30,6 +31,15 @@ class KernelCall:
     card: Card
     backend: str = "triton"
 
+    def __post_init__(self) -> None:
+        # Validated here, once: every holder of a call can trust its shape, dtype and backend.
+        spec = self.spec
+        if self.backend not in spec.backends:
+            raise InvalidValueError(f"{spec.name} has no {self.backend!r} backend",
+                                    f"use one of {', '.join(spec.backends)}")
+        object.__setattr__(self, "shape", spec.check_shape(self.shape))
+        spec.check_dtype(self.dtype)
+
     @classmethod
     def make(cls, spec: KernelSpec, shape: Mapping[str, int] | None = None, dtype: str | None = None,
              card: Card | str | None = None, backend: str = "triton", *, preset: str | None = None) -> KernelCall:
@@ -45,12 +55,14 @@ class KernelCall:
         from iotrace.cards import Card as CardType
         from iotrace.cards import detect
 
-        if backend not in spec.backends:
+        if backend not in spec.backends:  # before the card: a wrong backend is the first thing to say
             raise InvalidValueError(f"{spec.name} has no {backend!r} backend", f"use one of {', '.join(spec.backends)}")
-        resolved = spec.shape_for(preset, shape)
-        checked_dtype = spec.check_dtype(dtype or spec.dtypes[0])
+        if preset is not None and preset not in spec.presets:
+            raise InvalidValueError(f"{spec.name} has no preset {preset!r}",
+                                    f"its presets are {', '.join(spec.presets)}")
+        chosen = spec.presets[preset] if preset is not None else shape if shape is not None else spec.default_shape
         resolved_card = card if isinstance(card, CardType) else detect(card)
-        return cls(spec, resolved, checked_dtype, resolved_card, backend)
+        return cls(spec, chosen, dtype or spec.dtypes[0], resolved_card, backend)
 
     @property
     def kernel(self) -> str:

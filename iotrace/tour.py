@@ -80,12 +80,14 @@ def tour_tune(console: Console, card: Card) -> None:
     """A static tune of :data:`TOUR_TUNE_FIX` on ``card``, or one line saying why this card has none."""
     from iotrace.autotune.render import BarProgress, print_tune
     from iotrace.autotune.tuner import TuneOptions, tune
+    from iotrace.kernel_call import KernelCall
     from iotrace.plugins import kernel
 
     spec = kernel("gemm")
     shape = spec.check_shape(spec.presets["square-4096"])
     try:
-        result = tune(spec, shape, "fp16", card, TuneOptions(mode="interpreter", fix=TOUR_TUNE_FIX, verify_top=1),
+        result = tune(KernelCall(spec, shape, "fp16", card),
+                      TuneOptions(mode="interpreter", fix=TOUR_TUNE_FIX, verify_top=1),
                       BarProgress(console) if console.is_terminal else None)
     except IotraceError as exc:  # a card iotrace cannot compile for (no CUDA CC, no fp16 tensor cores): say so
         console.print(f"No tune on {card.name}: {exc}")

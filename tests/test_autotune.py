@@ -49,7 +49,7 @@ STRADDLE = [_gemm(64, 64, 32, 4, 2), _gemm(128, 256, 64, 8, 4), _gemm(128, 256, 
 def test_static_pruning_drops_exactly_the_configs_over_the_cards_limits(card_name: str) -> None:
     card = lookup(card_name)
     configs = [GEMM.check_config(c, SHAPE, "fp16", card) for c in STRADDLE]
-    phase = static_phase(GEMM, SHAPE, "fp16", card, configs)
+    phase = static_phase(KernelCall(GEMM, SHAPE, "fp16", card), configs)
     limits = card.sm_limits
     over = []
     for i, entry in enumerate(phase.entries):
@@ -79,9 +79,9 @@ def test_compile_cache_hit_on_a_second_run(tmp_path: Path, monkeypatch: pytest.M
 
     spec, card = DoubleSpec(), lookup("rtx3090")
     configs = spec.space({"n": 4099}, "fp32", card)[:4]
-    cold = static_phase(spec, {"n": 4099}, "fp32", card, configs, jobs=2)
+    cold = static_phase(KernelCall(spec, {"n": 4099}, "fp32", card), configs, jobs=2)
     start = time.perf_counter()
-    warm = static_phase(spec, {"n": 4099}, "fp32", card, configs, jobs=2)
+    warm = static_phase(KernelCall(spec, {"n": 4099}, "fp32", card), configs, jobs=2)
     warm_s = time.perf_counter() - start
     assert cold.compiled_units == 4 and cold.workers_started >= 1
     assert (warm.compiled_units, warm.cached_units, warm.workers_started) == (0, 4, 0)
@@ -95,7 +95,8 @@ def test_a_budget_bounds_measurements_not_the_interpreter_checks(monkeypatch: py
     monkeypatch.syspath_prepend(str(PLUGINS))
     from iotrace_tune_kernel import DoubleSpec  # type: ignore[import-not-found]
 
-    result = tune(DoubleSpec(), {"n": 20_011}, "fp32", lookup("h100"), TuneOptions(budget=1, use_cache=False))
+    result = tune(KernelCall(DoubleSpec(), {"n": 20_011}, "fp32", lookup("h100")),
+                  TuneOptions(budget=1, use_cache=False))
     assert result.mode == "interpreter" and sum(1 for r in result.results if r.verified is not None) >= 3
     assert any("--budget and --time steer measurements" in note for note in result.notes)
 
@@ -104,7 +105,7 @@ def test_a_wrong_config_is_rejected_by_verification(monkeypatch: pytest.MonkeyPa
     monkeypatch.syspath_prepend(str(PLUGINS))  # compile workers import the plugin's module by name from sys.path
     from iotrace_tune_kernel import WRONG, DoubleSpec  # type: ignore[import-not-found]
 
-    result = tune(DoubleSpec(), {"n": 20_011}, "fp32", lookup("h100"),
+    result = tune(KernelCall(DoubleSpec(), {"n": 20_011}, "fp32", lookup("h100")),
                   TuneOptions(verify_top=13, use_cache=False, seed=7))
     assert result.mode == "interpreter"
     by_key = {json.dumps(r.config, sort_keys=True): r for r in result.results}
@@ -168,20 +169,20 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, capsys:
 def test_bad_input_raises_iotrace_errors_from_the_api() -> None:
     card = lookup("h100")
     with pytest.raises(InvalidValueError, match="unknown strategy"):
-        tune(GEMM, SHAPE, "fp16", card, TuneOptions(strategy="annealing"))
+        tune(KernelCall(GEMM, SHAPE, "fp16", card), TuneOptions(strategy="annealing"))
     with pytest.raises(InvalidValueError, match="budget of 0"):
-        tune(GEMM, SHAPE, "fp16", card, TuneOptions(budget=0))
+        tune(KernelCall(GEMM, SHAPE, "fp16", card), TuneOptions(budget=0))
     with pytest.raises(InvalidValueError, match="time budget of 0 s"):
-        tune(GEMM, SHAPE, "fp16", card, TuneOptions(time_s=0))
+        tune(KernelCall(GEMM, SHAPE, "fp16", card), TuneOptions(time_s=0))
     with pytest.raises(UnsupportedDtypeError, match="bf16"):
-        tune(GEMM, SHAPE, "bf16", lookup("v100-sxm2-32gb"), TuneOptions())
+        tune(KernelCall(GEMM, SHAPE, "bf16", lookup("v100-sxm2-32gb")), TuneOptions())
 
     class Empty(GemmSpec):
         def space(self, shape, dtype, card, backend="triton"):
             return []
 
     with pytest.raises(EmptySpaceError, match="offers no config"):
-        tune(Empty(), SHAPE, "fp16", card, TuneOptions(mode="static"))
+        tune(KernelCall(Empty(), SHAPE, "fp16", card), TuneOptions(mode="static"))
     assert issubclass(EmptySpaceError, IotraceError)
 
 
@@ -196,7 +197,7 @@ def test_neighbours_move_one_parameter_one_step() -> None:
 def test_exported_best_config_is_loaded_at_run_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     card = lookup("a100")
     fix = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}  # STRADDLE[0]: compiled
-    result = tune(GEMM, SHAPE, "fp16", card, TuneOptions(mode="static", fix=fix))
+    result = tune(KernelCall(GEMM, SHAPE, "fp16", card), TuneOptions(mode="static", fix=fix))
     best = tmp_path / "best.json"
     entry = export_best(result, best)
     assert entry["basis"] == "predicted" and entry["shape_bucket"] == SHAPE
@@ -221,7 +222,7 @@ def test_on_a_gpu_the_wrong_config_is_never_timed_and_a_warm_retune_is_8x_faster
 
     options = TuneOptions(strategy="exhaustive", cache=tmp_path / "tune.sqlite3")
     start = time.perf_counter()
-    cold = tune(DoubleSpec(), {"n": 1 << 22}, "fp32", detect(), options)
+    cold = tune(KernelCall(DoubleSpec(), {"n": 1 << 22}, "fp32", detect()), options)
     cold_s = time.perf_counter() - start
     assert cold.mode == "gpu" and cold.measured == 13
     for row in cold.results:
@@ -231,7 +232,7 @@ def test_on_a_gpu_the_wrong_config_is_never_timed_and_a_warm_retune_is_8x_faster
             assert row.verified is True and row.measured_us > 0
     assert cold.best is not None and cold.best.config != WRONG
     start = time.perf_counter()
-    warm = tune(DoubleSpec(), {"n": 1 << 22}, "fp32", detect(), options)
+    warm = tune(KernelCall(DoubleSpec(), {"n": 1 << 22}, "fp32", detect()), options)
     warm_s = time.perf_counter() - start
     assert warm.measured == 0 and warm.best.config == cold.best.config
     assert warm_s * 8 <= cold_s, f"warm {warm_s:.2f} s against cold {cold_s:.2f} s"

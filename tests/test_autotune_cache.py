@@ -103,10 +103,11 @@ def test_a_wider_space_measures_only_the_new_configs(tmp_path: Path, monkeypatch
 
     from iotrace.autotune.tuner import TuneOptions, tune
     from iotrace.cards import lookup
+    from iotrace.kernel_call import KernelCall
 
     options = TuneOptions(verify_top=CONFIGS, cache=tmp_path / "tune.sqlite3", fix={"BLOCK": 128})
-    narrow = tune(DoubleSpec(), {"n": QUICK}, "fp32", lookup("h100"), options)
-    wide = tune(DoubleSpec(), {"n": QUICK}, "fp32", lookup("h100"), dataclasses.replace(options, fix={}))
+    narrow = tune(KernelCall(DoubleSpec(), {"n": QUICK}, "fp32", lookup("h100")), options)
+    wide = tune(KernelCall(DoubleSpec(), {"n": QUICK}, "fp32", lookup("h100")), dataclasses.replace(options, fix={}))
     assert (narrow.evaluations, narrow.measured) == (3, 3)
     assert (wide.evaluations, wide.measured) == (CONFIGS, CONFIGS - 3)
 

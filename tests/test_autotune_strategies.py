@@ -17,9 +17,10 @@ import pytest
 from iotrace.autotune.replay import curve, replay_once
 from iotrace.autotune.strategies import STRATEGIES
 from iotrace.autotune.sweep import load_sweep
-from iotrace.autotune.tuner import TuneOptions, tune
+from iotrace.autotune.tuner import TuneOptions, tune, tune_from_sweep
 from iotrace.cards import lookup
 from iotrace.errors import DataFileError, InvalidValueError
+from iotrace.kernel_call import KernelCall
 from iotrace.plugins import kernel
 from tests.conftest import run_cli
 
@@ -47,7 +48,7 @@ def test_the_sweeps_say_how_they_were_made(path: Path) -> None:
 def test_every_strategy_reaches_the_known_best_with_the_whole_space(strategy: str, path: Path) -> None:
     sweep = load_sweep(path)
     spec = kernel(sweep.kernel)
-    result = tune(spec, {}, "", None, TuneOptions(strategy=strategy, budget=_launchable(sweep), replay=sweep,
+    result = tune_from_sweep(spec, TuneOptions(strategy=strategy, budget=_launchable(sweep), replay=sweep,
                                                   use_cache=False, seed=3))
     assert result.mode == "replay" and result.best is not None
     assert result.best.measured_us == sweep.best_us
@@ -92,10 +93,10 @@ def test_replay_refuses_a_mismatch(tmp_path: Path) -> None:
     sweep = load_sweep(SWEEPS[0])
     spec = kernel(sweep.kernel)
     with pytest.raises(InvalidValueError, match="differs from the sweep's"):
-        tune(spec, {}, "", lookup("t4"), TuneOptions(replay=SWEEPS[0]))
+        tune_from_sweep(spec, TuneOptions(replay=SWEEPS[0]), card=lookup("t4"))
     other = "rmsnorm" if sweep.kernel != "rmsnorm" else "gemm"
     with pytest.raises(InvalidValueError, match=f"is of {sweep.kernel}, not {other}"):
-        tune(kernel(other), {}, "", None, TuneOptions(replay=SWEEPS[0]))
+        tune_from_sweep(kernel(other), TuneOptions(replay=SWEEPS[0]))
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "iotrace-sweep", "version": 1, "rows": []}))
     with pytest.raises(DataFileError, match=r"malformed|holds no rows"):
@@ -110,10 +111,10 @@ def test_a_sweep_recorded_on_the_gpu_replays_to_the_same_best(tmp_path: Path) ->
     shape = spec.check_shape({"M": 1024, "N": 1024, "K": 1024})
     record = tmp_path / "sweep.json"
     fix = {"BLOCK_K": 64, "num_stages": 3, "GROUP_M": 8}
-    measured = tune(spec, shape, "fp16", detect(), TuneOptions(strategy="exhaustive", fix=fix, record=record,
-                                                               use_cache=False))
+    measured = tune(KernelCall(spec, shape, "fp16", detect()),
+                    TuneOptions(strategy="exhaustive", fix=fix, record=record, use_cache=False))
     assert measured.mode == "gpu" and measured.best is not None and measured.best.verified
     sweep = load_sweep(record)
     assert sweep.provenance["how"].startswith("measured on ")
-    replayed = tune(spec, {}, "", None, TuneOptions(strategy="exhaustive", replay=sweep, use_cache=False))
+    replayed = tune_from_sweep(spec, TuneOptions(strategy="exhaustive", replay=sweep, use_cache=False))
     assert replayed.best.config == measured.best.config and replayed.best.measured_us == measured.best.measured_us

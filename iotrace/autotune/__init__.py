@@ -3,7 +3,7 @@
 Public surface (imported on first use, so ``import iotrace.autotune`` costs nothing)::
 
     from iotrace.autotune import TuneOptions, tune
-    result = tune(kernel("gemm"), shape, "fp16", lookup("h100"), TuneOptions(mode="static"))
+    result = tune(KernelCall(kernel("gemm"), shape, "fp16", lookup("h100")), TuneOptions(mode="static"))
 
 Modules: ``space`` (the configs), ``static`` (compile, occupancy, prune), ``cost_model`` (predicted time),
 ``strategies`` (exhaustive, random, model), ``backends`` (GPU, interpreter, replay), ``cache`` (SQLite), ``sweep``

@@ -17,6 +17,7 @@ from iotrace.errors import IotraceError
 
 if TYPE_CHECKING:
     from iotrace.autotune.sweep import Sweep
+    from iotrace.kernel_call import KernelCall
     from iotrace.plugins.spec import Config, KernelSpec, Shape
 
 __all__ = ["CUDA_GRAPH_BELOW_MS", "Backend", "GpuBackend", "InterpreterBackend", "Measurement", "ReplayBackend"]
@@ -88,10 +89,10 @@ class InterpreterBackend:
     method = "interpreter"
     timed = False
 
-    def __init__(self, spec: KernelSpec, shape: Shape, dtype: str, backend: str = "triton",
-                 seed: int | None = None) -> None:
-        self.shape = spec.reduce_shape(shape, spec.interpreter_budget)
-        self._checker = _Checker(spec, self.shape, dtype, backend, "cpu", secrets.randbits(31) if seed is None
+    def __init__(self, call: KernelCall, seed: int | None = None) -> None:
+        spec = call.spec
+        self.shape = spec.reduce_shape(call.shape, spec.interpreter_budget)
+        self._checker = _Checker(spec, self.shape, call.dtype, call.backend, "cpu", secrets.randbits(31) if seed is None
                                  else seed)
 
     def measure(self, config: Config) -> Measurement:
@@ -125,9 +126,9 @@ class GpuBackend:
     method = "gpu"
     timed = True
 
-    def __init__(self, spec: KernelSpec, shape: Shape, dtype: str, backend: str = "triton",
-                 seed: int | None = None) -> None:
-        self._checker = _Checker(spec, shape, dtype, backend, "cuda", secrets.randbits(31) if seed is None else seed)
+    def __init__(self, call: KernelCall, seed: int | None = None) -> None:
+        self._checker = _Checker(call.spec, call.shape, call.dtype, call.backend, "cuda",
+                                 secrets.randbits(31) if seed is None else seed)
 
     def measure(self, config: Config) -> Measurement:
         import torch

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from iotrace.autotune.sweep import Sweep
-from iotrace.autotune.tuner import TuneOptions, TuneResult, tune
+from iotrace.autotune.tuner import TuneOptions, TuneResult, tune_from_sweep
 
 if TYPE_CHECKING:
     from iotrace.plugins.spec import KernelSpec
@@ -38,13 +38,13 @@ class ReplayPoint:
 def static_of(spec: KernelSpec, sweep: Sweep) -> TuneResult:
     """The sweep's static phase under today's model (one replayed evaluation): ``.static.launchable`` says which
     configs can run on the sweep's card, ``.results`` carry each config's prediction."""
-    return tune(spec, {}, "", None, TuneOptions(replay=sweep, budget=1, use_cache=False))  # type: ignore[arg-type]
+    return tune_from_sweep(spec, TuneOptions(replay=sweep, budget=1, use_cache=False))
 
 
 def replay_once(spec: KernelSpec, sweep: Sweep, strategy: str, budget: int | None, seed: int) -> tuple[int, float]:
     """(evaluations spent, fraction of the sweep's best reached) for one seeded run."""
-    result = tune(spec, {}, "", None, TuneOptions(strategy=strategy, budget=budget, replay=sweep,  # type: ignore[arg-type]
-                                                  use_cache=False, seed=seed))
+    result = tune_from_sweep(spec, TuneOptions(strategy=strategy, budget=budget, replay=sweep, use_cache=False,
+                                               seed=seed))
     if result.best is None or result.best.measured_us is None:
         return result.evaluations, 0.0
     return result.evaluations, sweep.best_us / result.best.measured_us

@@ -17,6 +17,7 @@ from iotrace.autotune.sweep import Sweep, SweepRow
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
+    from iotrace.kernel_call import KernelCall
     from iotrace.plugins.spec import Config, Cost, Shape
 
 __all__ = ["ConfigResult", "TuneResult"]
@@ -55,11 +56,7 @@ class ConfigResult:
 
 @dataclass
 class TuneResult:
-    kernel: str
-    backend: str
-    dtype: str
-    shape: Shape
-    card: Card
+    call: KernelCall
     fingerprint: Fingerprint
     mode: str
     strategy: str
@@ -75,6 +72,26 @@ class TuneResult:
     #: The shape bucket the result stands for (every size rounded up to a power of two; see ``space.shape_bucket``).
     bucket: Shape = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def kernel(self) -> str:
+        return self.call.kernel
+
+    @property
+    def backend(self) -> str:
+        return self.call.backend
+
+    @property
+    def dtype(self) -> str:
+        return self.call.dtype
+
+    @property
+    def shape(self) -> Shape:
+        return self.call.shape
+
+    @property
+    def card(self) -> Card:
+        return self.call.card
 
     @property
     def basis(self) -> str:

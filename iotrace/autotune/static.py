@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from iotrace.autotune.cost_model import Prediction, dot_tile, operand_traffic, predict, tile_efficiency
 from iotrace.compiler import CompileError, Resources, compile_each
 from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.kernel_call import KernelCall
 from iotrace.occupancy import OccupancyResult, occupancy
 from iotrace.plugins.spec import DTYPE_BYTES
 
@@ -90,13 +91,13 @@ def entry_from_resources(spec: KernelSpec, shape: Shape, dtype: str, config: Con
     return StaticEntry(config, tuple(resources), main_occ, prediction, None)
 
 
-def static_phase(spec: KernelSpec, shape: Shape, dtype: str, card: Card, configs: list[Config],
-                 backend: str = "triton", jobs: int | None = None,
+def static_phase(call: KernelCall, configs: list[Config], jobs: int | None = None,
                  progress: Callable[[int], None] | None = None) -> StaticPhase:
     """Compile ``configs`` for ``card`` (cached, ``jobs`` workers) and judge each one; ``progress(n)`` per unit."""
     start = time.perf_counter()
+    spec, shape, dtype, card = call.spec, call.shape, call.dtype, call.card
     cost = spec.cost(shape, dtype)
-    units_per_config = [list(spec.compile_units(shape, dtype, c, backend)) for c in configs]
+    units_per_config = [list(spec.compile_units(shape, dtype, c, call.backend)) for c in configs]
     if any(not units for units in units_per_config):
         raise IotraceError(f"{spec.name}.compile_units returned no launch for some config",
                            "a kernel spec must list at least one launch per config")

@@ -1,7 +1,8 @@
 """The tuner: space -> static phase (compile, occupancy, prune, predict) -> strategy -> measure + verify -> best.
 
-:func:`tune` is the whole job as a Python call; ``iotrace tune`` (:mod:`iotrace.cli.tune`) only parses flags
-into :class:`TuneOptions` and renders the :class:`TuneResult`.
+:func:`tune` is the whole job as a Python call on one :class:`~iotrace.kernel_call.KernelCall`; :func:`tune_from_sweep`
+replays a recorded sweep, which says the shape, dtype and card. ``iotrace tune`` (:mod:`iotrace.cli.tune`) only
+parses flags into :class:`TuneOptions` and renders the :class:`TuneResult`.
 
 Modes, chosen from the options and the machine:
 
@@ -31,13 +32,14 @@ from iotrace.autotune.static import StaticEntry, StaticPhase, entry_from_resourc
 from iotrace.autotune.strategies import BudgetSpent, SearchSpace, strategy
 from iotrace.autotune.sweep import Sweep, load_sweep, resources_from_dict
 from iotrace.errors import InvalidValueError, IotraceError
+from iotrace.kernel_call import KernelCall
 from iotrace.kernels.backend import interpreting
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
     from iotrace.plugins.spec import KernelSpec, Shape
 
-__all__ = ["DEFAULT_VERIFY_TOP", "ConfigResult", "Progress", "TuneOptions", "TuneResult", "tune"]
+__all__ = ["DEFAULT_VERIFY_TOP", "ConfigResult", "Progress", "TuneOptions", "TuneResult", "tune", "tune_from_sweep"]
 
 #: Configs the interpreter checks on a CPU: the model's top three (each check is a second or more interpreted).
 DEFAULT_VERIFY_TOP = 3
@@ -73,7 +75,6 @@ class TuneOptions:
     fix: dict[str, Any] = field(default_factory=dict)
     jobs: int | None = None
     seed: int | None = None
-    backend: str = "triton"
 
 
 class Progress(Protocol):
@@ -100,12 +101,11 @@ class _NoProgress:
 # --- checks --------------------------------------------------------------------------------------------------
 
 
-def check_request(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOptions) -> Shape:
-    """Refuse what cannot be tuned, each with the value and the fix, before any compile starts."""
+def check_request(call: KernelCall, options: TuneOptions) -> None:
+    """Refuse what cannot be tuned, each with the value and the fix, before any compile starts (the call itself was
+    validated when it was made)."""
+    spec, shape, dtype, card = call.spec, call.shape, call.dtype, call.card
     strategy(options.strategy)  # an unknown name lists the known ones
-    if options.backend not in spec.backends:
-        raise InvalidValueError(f"{spec.name} has no {options.backend!r} backend",
-                                f"use one of {', '.join(spec.backends)}")
     if options.budget is not None and options.budget < 1:
         raise InvalidValueError(f"a budget of {options.budget} evaluations tunes nothing",
                                 "give --budget 1 or more, or leave it out to let the strategy finish")
@@ -120,8 +120,6 @@ def check_request(spec: KernelSpec, shape: Shape, dtype: str, card: Card, option
                                 "record with --strategy exhaustive and no --budget or --time")
     if options.mode is not None and options.mode not in MODES:
         raise InvalidValueError(f"unknown mode {options.mode!r}", f"use one of {', '.join(MODES)}")
-    shape = spec.check_shape(shape)
-    spec.check_dtype(dtype)
     if card.cc is None:
         raise InvalidValueError(f"{card.name} has no CUDA compute capability: iotrace tunes Triton kernels for "
                                 "NVIDIA targets", "pick an NVIDIA card, e.g. --card h100 (see `iotrace cards`)")
@@ -134,7 +132,6 @@ def check_request(spec: KernelSpec, shape: Shape, dtype: str, card: Card, option
         raise UnsupportedDtypeError(f"{card.name} (CC {card.cc}) has no {peak} peak: it does not support {dtype} "
                                     f"for {spec.name}", f"use one of the dtypes it has peaks for, or a newer card "
                                     f"(it states {', '.join(card.peak_tflops) or 'no peaks'})")
-    return shape
 
 
 def _mode(options: TuneOptions, card: Card) -> str:
@@ -213,17 +210,32 @@ class _Evaluator:
         return result.usable_us
 
 
-def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOptions | None = None,
-         progress: Progress | None = None) -> TuneResult:
-    """Tune ``spec`` for ``shape`` and ``dtype`` on ``card``; see the module docstring for the modes."""
+def tune_from_sweep(spec: KernelSpec, options: TuneOptions, progress: Progress | None = None, *,
+                    shape: Shape | None = None, dtype: str | None = None, card: Card | None = None) -> TuneResult:
+    """Replay ``options.replay``: the call is the one the sweep recorded; a ``shape``, ``dtype`` or ``card`` given
+    beside it must agree with it."""
+    if options.replay is None:
+        raise InvalidValueError("tune_from_sweep needs TuneOptions(replay=SWEEP)", "give the recorded sweep")
+    sweep = _sweep(options)
+    return tune(_replay_request(spec, sweep, shape, dtype, card, options), options, progress)
+
+
+def _sweep(options: TuneOptions) -> Sweep | None:
+    return options.replay if isinstance(options.replay, Sweep) or options.replay is None else \
+        load_sweep(options.replay)
+
+
+def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progress | None = None) -> TuneResult:
+    """Tune ``call`` (a kernel at a shape and dtype on a card, through a backend); see the module docstring for the
+    modes. With ``options.replay`` the call must be the one the sweep recorded (:func:`tune_from_sweep` makes it)."""
     options = options or TuneOptions()
     progress = progress or _NoProgress()
     start = time.perf_counter()
-    sweep = options.replay if isinstance(options.replay, Sweep) or options.replay is None else \
-        load_sweep(options.replay)
+    sweep = _sweep(options)
     if sweep is not None:
-        shape, dtype, card = _replay_request(spec, sweep, shape, dtype, card, options)
-    shape = check_request(spec, shape, dtype, card, options)
+        _replay_request(call.spec, sweep, call.shape, call.dtype, call.card, options)
+    spec, shape, dtype, card = call.spec, call.shape, call.dtype, call.card
+    check_request(call, options)
     mode = _mode(options, card)
     on_gpu = mode == "gpu"
     if on_gpu:
@@ -237,11 +249,11 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
         static = _static_from_sweep(spec, sweep, card, shape)
         notes.append(f"replayed: {sweep.provenance.get('how', 'a recorded sweep')}")
     else:
-        configs = kernel_space(spec, shape, dtype, card, options.backend, options.fix)
-        units = sum(len(spec.compile_units(shape, dtype, c, options.backend)) for c in configs)
+        configs = kernel_space(spec, shape, dtype, card, call.backend, options.fix)
+        units = sum(len(spec.compile_units(shape, dtype, c, call.backend)) for c in configs)
         progress.start(f"compile {len(configs)} configs for sm_{card.cc.replace('.', '')}", units)
         try:
-            static = static_phase(spec, shape, dtype, card, configs, options.backend, options.jobs, progress.advance)
+            static = static_phase(call, configs, options.jobs, progress.advance)
         finally:
             progress.stop()
     entries = static.entries
@@ -252,13 +264,13 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
         raise IotraceError(f"no {spec.name} config can launch on {card.name} for {shape_text(shape)}: "
                            f"{'; '.join(reasons)[:400]}", "try a smaller shape, another card, or other --fix values")
     finger = fingerprint(card, on_gpu)
-    key = CacheKey(finger.text(), triton_version(), kernel_source_hash(spec), spec.name, options.backend, mode,
+    key = CacheKey(finger.text(), triton_version(), kernel_source_hash(spec), spec.name, call.backend, mode,
                    shape_text(shape_bucket(spec, shape)), dtype)
     backend: Backend | None = None
     if mode == "gpu":
-        backend = GpuBackend(spec, shape, dtype, options.backend, options.seed)
+        backend = GpuBackend(call, options.seed)
     elif mode == "interpreter" and options.verify_top > 0:
-        backend = InterpreterBackend(spec, shape, dtype, options.backend, options.seed)
+        backend = InterpreterBackend(call, options.seed)
     elif mode == "replay":
         assert sweep is not None
         backend = ReplayBackend(sweep)
@@ -285,7 +297,7 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
                                              or options.strategy != TuneOptions.strategy):
         notes.append(f"--strategy, --budget and --time steer measurements, and {mode} mode measures nothing: they "
                      "were not used (--verify sets how many configs the interpreter checks).")
-    result = TuneResult(spec.name, options.backend, dtype, shape, card, finger, mode, options.strategy, cost, results,
+    result = TuneResult(call, finger, mode, options.strategy, cost, results,
                         best, why, static, len(found), evaluator.measured if evaluator else 0,
                         time.perf_counter() - start, cache.path if cache is not None else None,
                         shape_bucket(spec, shape), notes)
@@ -298,7 +310,7 @@ def tune(spec: KernelSpec, shape: Shape, dtype: str, card: Card, options: TuneOp
 
 
 def _replay_request(spec: KernelSpec, sweep: Sweep, shape: Shape | None, dtype: str | None, card: Card | None,
-                    options: TuneOptions) -> tuple[Shape, str, Card]:
+                    options: TuneOptions) -> KernelCall:
     """A replay tunes what the sweep recorded; a shape, dtype or card given beside it must agree."""
     from iotrace.cards import lookup
 
@@ -311,7 +323,7 @@ def _replay_request(spec: KernelSpec, sweep: Sweep, shape: Shape | None, dtype: 
         if given and given != held:
             raise InvalidValueError(f"--{what} {given} differs from the sweep's {held}",
                                     f"leave --{what} out with --replay")
-    return dict(sweep.shape), sweep.dtype, recorded
+    return KernelCall(spec, dict(sweep.shape), sweep.dtype, recorded, sweep.backend)
 
 
 def _evaluate(mode: str, options: TuneOptions, evaluator: _Evaluator, entries: list[StaticEntry],

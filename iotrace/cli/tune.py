@@ -74,8 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> None:
     from iotrace.autotune.export import export_best
     from iotrace.autotune.render import BarProgress, print_tune, write_figure
-    from iotrace.autotune.tuner import TuneOptions, tune
+    from iotrace.autotune.tuner import TuneOptions, tune, tune_from_sweep
     from iotrace.cards import detect
+    from iotrace.kernel_call import KernelCall
     from iotrace.plugins import kernel
     from iotrace.render.console import make_console
 
@@ -86,20 +87,21 @@ def main(args: argparse.Namespace) -> None:
         raise InvalidValueError(f"--rows {args.rows} is negative", "give 0 or more")
     if args.output is not None:
         check_html_path(args.output)  # before minutes of compiling, not after
-    if args.replay and args.preset is None and args.shape is None:
-        shape = None  # a replay takes its shape from the sweep
-    else:
-        shape = spec.shape_for(args.preset, args.shape)
-    card = detect(args.card) if args.replay is None or args.card else None
     options = TuneOptions(strategy=args.strategy, budget=args.budget, time_s=args.time,
                           mode="static" if args.static else None, verify_top=args.verify, replay=args.replay,
                           record=args.record, cache=args.cache, use_cache=not args.no_cache, fix=args.fix or {},
-                          jobs=args.jobs, seed=args.seed, backend=args.backend)
+                          jobs=args.jobs, seed=args.seed)
+    if args.replay is None:
+        call = KernelCall.make(spec, args.shape, args.dtype, args.card, args.backend, preset=args.preset)
     console = make_console()
     progress = BarProgress(console) if console.is_terminal and not args.json else None
     try:
-        result = tune(spec, shape, args.dtype or (None if args.replay else spec.dtypes[0]),  # type: ignore[arg-type]
-                      card, options, progress)
+        if args.replay is None:
+            result = tune(call, options, progress)
+        else:  # the sweep says the shape, dtype and card; what is given beside it must agree
+            given = None if args.preset is None and args.shape is None else spec.shape_for(args.preset, args.shape)
+            result = tune_from_sweep(spec, options, progress, shape=given, dtype=args.dtype,
+                                     card=detect(args.card) if args.card else None)
     except KeyboardInterrupt:
         if progress is not None:
             progress.stop()

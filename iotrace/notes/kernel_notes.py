@@ -103,10 +103,11 @@ def _pruning_text(spec, shape, dtype, fix: dict[str, Any]) -> str:
     from iotrace.autotune.space import kernel_space
     from iotrace.autotune.static import rank, static_phase
     from iotrace.cards import lookup
+    from iotrace.kernel_call import KernelCall
 
     card = lookup(PRUNE_CARD)
     configs = kernel_space(spec, shape, dtype, card, fix=fix)
-    phase = static_phase(spec, shape, dtype, card, configs)
+    phase = static_phase(KernelCall(spec, shape, dtype, card), configs)
     entries = phase.entries
     pruned = [e for e in entries if e.pruned]
     ranked = rank(entries)
