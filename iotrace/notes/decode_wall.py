@@ -20,7 +20,7 @@ from iotrace.notes.document import Note, table
 CARDS = ("rtx3090", "rtx5090", "h100-sxm", "h200-sxm", "gb10")
 MODELS = ("mistral-7b", "gemma-2-27b", "llama-3-70b")
 BITS = (16, 8, 4)
-#: The claim the issue asks to check: 87 tok/s for a 27B model at 4 bits on a 3090.
+#: The field's claim this note checks: 87 tok/s for a 27B model at 4 bits on an RTX 3090.
 CLAIMED_TOK_S = 87.0
 
 

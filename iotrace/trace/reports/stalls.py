@@ -1,6 +1,7 @@
 """Warp stalls: per kernel, the stall reasons ranked by their share of the cycles between two issued instructions.
 
-Three counter families carry stall reasons (``../shared/reference/anchors-tools.md`` §4.1):
+Three counter families carry stall reasons (Nsight Compute Kernel Profiling Guide, "Warp Scheduler States" and
+the WarpStateStats / SourceCounters sections):
 
 * ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio`` — warps stalled on the reason per issue
   cycle, i.e. the reason's cycles per issued instruction (WarpStateStats section; what ncu's CPIStall rules read);
