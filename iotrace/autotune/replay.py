@@ -1,5 +1,6 @@
 """Strategies compared offline on a recorded sweep: the fraction of the brute-force best reached against
-evaluations spent (how fast a strategy gets close to the best), averaged over seeds for the strategies that draw at random.
+evaluations spent (how fast a strategy gets close to the best), averaged over seeds for the strategies that draw at
+random.
 
 ``fraction = best time in the sweep / best time the strategy found`` (1.0: it found the best). A strategy that
 returns a config the sweep marks wrong is not credited: replayed measurements keep their verification.
