@@ -4,12 +4,9 @@ Public surface: ``hookimpl`` (mark a plugin's hook functions), ``KernelSpec`` an
 ``kernels()`` / ``kernel(name)`` to look kernels up.
 """
 
-import pluggy
-
+from iotrace.plugin_manager import hookimpl
 from iotrace.plugins.manager import kernel, kernels, plugin_manager
 from iotrace.plugins.spec import Cost, CudaUnit, KernelSpec, Tolerance, TritonUnit
-
-hookimpl = pluggy.HookimplMarker("iotrace")
 
 __all__ = ["Cost", "CudaUnit", "KernelSpec", "Tolerance", "TritonUnit", "hookimpl", "kernel", "kernels",
            "plugin_manager"]

@@ -1,90 +1,74 @@
-"""Build the plugin manager: built-in kernels, installed entry points, and ``IOTRACE_PLUGINS`` modules.
+"""Build the kernel plugin manager: built-in kernels, installed entry points, and ``IOTRACE_PLUGINS`` modules.
 
-Nothing is registered at import; :func:`plugin_manager` does the work once, when first asked.
+Nothing is registered at import; :func:`plugin_manager` does the work once, when first asked. The building,
+validating and collecting is :mod:`iotrace.plugin_manager`'s, shared with the trace formats.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
+from collections.abc import Iterator
 from functools import cache
 
 import pluggy
 
 from iotrace.errors import PluginError
+from iotrace.plugin_manager import ENV_NO_AUTOLOAD, build, collect, import_plugin
 from iotrace.plugins import hookspecs
 from iotrace.plugins.spec import KernelSpec
 
-__all__ = ["BUILTIN_PLUGINS", "ENV_NO_AUTOLOAD", "ENV_PLUGINS", "kernel", "kernels", "plugin_manager"]
+__all__ = ["BUILTIN_PLUGINS", "ENV_NO_AUTOLOAD", "ENV_PLUGINS", "kernel", "kernels", "plugin_manager",
+           "prepare_triton"]
 
-#: Modules shipped with iotrace that register kernels.
+#: Modules shipped with iotrace that register kernels: loaded by name, like any plugin, so this layer holds no
+#: import of the kernels layer above it.
 BUILTIN_PLUGINS = ("iotrace.kernels.gemm", "iotrace.kernels.rmsnorm", "iotrace.kernels.attention_prefill",
                    "iotrace.kernels.attention_decode", "iotrace.kernels.draft_verify", "iotrace.kernels.int8_kv")
 #: Comma-separated modules to load as plugins (local work, tests).
 ENV_PLUGINS = "IOTRACE_PLUGINS"
-#: Set to 1 to skip installed ``iotrace`` entry points (as pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD).
-ENV_NO_AUTOLOAD = "IOTRACE_DISABLE_PLUGIN_AUTOLOAD"
 ENTRY_POINT_GROUP = "iotrace"
 
 
-def _import(name: str, how: str):
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise PluginError(f"plugin module {name!r} ({how}) cannot be imported: {exc}",
-                          "check the module name and that its package is installed") from exc
+def prepare_triton() -> None:
+    """Turn the Triton interpreter on when no CUDA device is visible and the user has not chosen.
+
+    Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a function, i.e. when a plugin module is
+    imported, so it is decided here, before the plugin manager imports any (built-in or third-party); an explicit
+    ``TRITON_INTERPRET`` always wins.
+    """
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 keeps its default
+    if "TRITON_INTERPRET" in os.environ:
+        return
+    import torch  # here, not at the top: importing iotrace.plugins must stay light
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _builtins() -> Iterator[tuple[str, object]]:
+    for name in BUILTIN_PLUGINS:
+        yield name, import_plugin(name, "built-in")
+
+
+def _env_plugins(pm: pluggy.PluginManager) -> None:
+    for name in filter(None, (n.strip() for n in os.environ.get(ENV_PLUGINS, "").split(","))):
+        if pm.get_plugin(name) is None:
+            pm.register(import_plugin(name, f"from {ENV_PLUGINS}"), name=name)
 
 
 @cache
 def plugin_manager() -> pluggy.PluginManager:
     """The process-wide plugin manager, validated: every hook implementation matches a spec."""
-    from iotrace.kernels.backend import prepare_triton
-
     prepare_triton()  # before any @triton.jit runs: interpreter on when there is no GPU
-    pm = pluggy.PluginManager("iotrace")
-    pm.add_hookspecs(hookspecs)
-    try:
-        for name in BUILTIN_PLUGINS:
-            pm.register(_import(name, "built-in"), name=name)
-        if os.environ.get(ENV_NO_AUTOLOAD) != "1":
-            try:
-                pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-            except ImportError as exc:
-                raise PluginError(f"an installed iotrace plugin cannot be imported: {exc}",
-                                  f"reinstall or remove it, or set {ENV_NO_AUTOLOAD}=1") from exc
-        for name in filter(None, (n.strip() for n in os.environ.get(ENV_PLUGINS, "").split(","))):
-            if pm.get_plugin(name) is None:
-                pm.register(_import(name, f"from {ENV_PLUGINS}"), name=name)
-        pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        name = getattr(exc.plugin, "__name__", repr(exc.plugin))
-        detail = " ".join(str(exc).split())  # pluggy's message spans lines; the CLI prints one
-        raise PluginError(f"plugin {name!r} does not match iotrace's hook specs: {detail}",
-                          "see iotrace/plugins/hookspecs.py for the contract") from exc
-    return pm
+    return build(hookspecs, _builtins(), ENTRY_POINT_GROUP, after_entry_points=_env_plugins,
+                 contract_file="iotrace/plugins/hookspecs.py")
 
 
 @cache
 def kernels() -> dict[str, KernelSpec]:
     """Every kernel from every plugin, by name."""
-    pm = plugin_manager()
-    found: dict[str, KernelSpec] = {}
-    owner: dict[str, str] = {}
-    for impl in pm.hook.iotrace_kernels.get_hookimpls():
-        plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
-        specs = impl.function()
-        if not isinstance(specs, (list, tuple)):
-            raise PluginError(f"plugin {plugin_name!r}: iotrace_kernels returned {type(specs).__name__}",
-                              "return a list of KernelSpec instances")
-        for spec in specs:
-            if not isinstance(spec, KernelSpec) or not spec.name:
-                raise PluginError(f"plugin {plugin_name!r} returned {spec!r}, not a named KernelSpec",
-                                  "derive from iotrace.plugins.spec.KernelSpec and set `name`")
-            if spec.name in found:
-                raise PluginError(f"kernel {spec.name!r} is provided by both {owner[spec.name]!r} and {plugin_name!r}",
-                                  f"rename one, or unset {ENV_PLUGINS}")
-            found[spec.name], owner[spec.name] = spec, plugin_name
-    return found
+    return collect(plugin_manager(), "iotrace_kernels", KernelSpec, noun="kernel",
+                   clash_fix=f"rename one, or unset {ENV_PLUGINS}")
 
 
 def kernel(name: str) -> KernelSpec:

@@ -5,15 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: A step's outcome: it ran and everything held; it ran and something failed; it could not run here (why given).
-STATUSES = ("ok", "failed", "skipped")
-
 
 @dataclass
 class Step:
     """One numbered step of the self-check: what it measured (rows of plain values), and its status."""
 
     name: str
+    #: "ok": it ran and everything held; "failed": it ran and something failed; "skipped": it could not run here.
     status: str = "ok"
     reason: str = ""
     rows: list[dict[str, Any]] = field(default_factory=list)

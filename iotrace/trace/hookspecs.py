@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import pluggy
+from iotrace.plugin_manager import hookimpl, hookspec
 
 if TYPE_CHECKING:
     from iotrace.trace.parser import TraceParser
 
-hookspec = pluggy.HookspecMarker("iotrace")
-hookimpl = pluggy.HookimplMarker("iotrace")
+__all__ = ["hookimpl", "hookspec", "iotrace_trace_parsers"]  # hookimpl: the one marker, also importable from here
 
 # --- trace formats ----------------------------------------------------------------------------------------
 
@@ -24,13 +23,25 @@ hookimpl = pluggy.HookimplMarker("iotrace")
 def iotrace_trace_parsers() -> list[TraceParser]:
     """Return the trace formats this plugin reads.
 
-    :return: a list of :class:`iotrace.trace.parser.TraceParser` instances; each ``name`` must be unique across
-        all plugins (a clash is an error naming both plugins). :func:`iotrace.trace.load` asks them in
-        descending ``priority`` whether they recognise a file's first bytes.
+    Parameters: none; iotrace calls the hook without arguments.
 
-    Use in a plugin module::
+    :return: a list (or tuple) of :class:`iotrace.trace.parser.TraceParser` instances, each with a non-empty
+        ``name`` unique across all plugins; anything else (another type, an unnamed parser, a name two plugins
+        return) is an error naming the plugin (both plugins, for a clash). :func:`iotrace.trace.load` asks them
+        in descending ``priority`` (ties in registration order, built-ins first) whether they recognise a
+        file's first bytes, and the first that does reads the file.
 
-        from iotrace.trace.hookspecs import hookimpl
+    Asked on every :func:`iotrace.trace.load`, so a plugin registered later is seen. Use in a plugin module::
+
+        from iotrace.trace.hookspecs import hookimpl  # the same marker as iotrace.plugins.hookimpl
+        from iotrace.trace.parser import Head, TraceParser
+
+        class MyFormatParser(TraceParser):
+            name, tool, priority = "my-format", "My profiler", 60
+            magic = b"MYPROF\\x00"  # or override sniff(head) for a test magic bytes cannot express
+
+            def parse(self, head: Head):
+                ...  # read head.path into iotrace.trace.tables.TraceTables
 
         @hookimpl
         def iotrace_trace_parsers():

@@ -84,8 +84,16 @@ def read_bytes(path: Path, gzipped: bool) -> bytes:
         raise TraceFormatError(path, f"is a damaged gzip ({exc})", "copy or download it again") from exc
 
 
+def _cells(line: str) -> set[str]:
+    return {c.strip().strip('"') for c in line.split(",")}
+
+
 class TraceParser:
-    """One trace format. Subclass, set the class attributes, implement :meth:`sniff` and :meth:`parse`."""
+    """One trace format. Subclass, set the class attributes, implement :meth:`parse`.
+
+    Sniffing is declarative where it can be: set :attr:`magic` (a binary format's first bytes) or :attr:`headers`
+    (a CSV export's header row), or override :meth:`sniff` for anything else.
+    """
 
     #: Short format name shown by ``iotrace info`` and stored in ``meta["format"]``, e.g. ``"nsys-sqlite"``.
     name: ClassVar[str] = ""
@@ -93,9 +101,21 @@ class TraceParser:
     tool: ClassVar[str] = ""
     #: Parsers are asked in descending priority; a specific sniff (magic bytes) should outrank a generic one.
     priority: ClassVar[int] = 0
+    #: The first bytes of the file on disk; a gzip file never matches (these formats are not gzipped).
+    magic: ClassVar[bytes] = b""
+    #: CSV header rows: the file matches when one of its first :attr:`header_lines` lines holds every column of
+    #: any one set (cells stripped of spaces and quotes; extra columns allowed).
+    headers: ClassVar[tuple[frozenset[str], ...]] = ()
+    #: How many lines of the head :attr:`headers` looks through (tools print preambles before the header).
+    header_lines: ClassVar[int] = 200
 
     def sniff(self, head: Head) -> bool:
         """Whether the file whose start is ``head`` is this format. Must not raise and must not read the file."""
+        if self.magic:
+            return not head.gzipped and head.raw.startswith(self.magic)
+        if self.headers:
+            return any(cells >= wanted for cells in map(_cells, head.lines(self.header_lines))
+                       for wanted in self.headers)
         raise NotImplementedError
 
     def parse(self, head: Head) -> TraceTables:

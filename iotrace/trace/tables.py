@@ -13,7 +13,6 @@ damaged file fails whole instead of loading half.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,8 +187,3 @@ def _validate(path: Path, table: str, column: str, floats: np.ndarray, dtype: st
         if fractional.any():
             raise TraceFormatError(path, f"{table}.{column} holds a fraction where a whole number belongs "
                                          f"({present[fractional][0]!r})", "the file is damaged")
-
-
-def is_finite(value: Any) -> bool:
-    """True for a real, finite number (bool excluded): the check parsers run on single raw values."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

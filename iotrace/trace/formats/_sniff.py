@@ -1,63 +1,83 @@
-"""What each built-in format looks like in a file's first bytes: the sniffers, light enough to import before any parser.
+"""The built-in formats as the registry sees them before any is read: name, tool, priority and how to recognise
+a file's first bytes, stated once per format here, in a module light enough to import before any parser.
 
-The registry asks these (through :mod:`iotrace.trace.registry`'s lazy built-ins) so a file is recognised without
-importing every format's module; a parser module is imported only when its format is the one being read. Each
-parser class's ``sniff`` calls the same function here, so there is one definition of each format's signature.
+The registry sniffs with these classes, so a file is recognised without importing every format's module; a
+format's module is imported only when its format is the one being read. Each format's parser class derives from
+its class here and adds only ``parse``; ``implementation`` names that class (``module:Class``, as an entry point
+does) so the registry can import it by name.
 """
 
 from __future__ import annotations
 
-from iotrace.trace.parser import Head
+from typing import ClassVar
+
+from iotrace.trace.parser import Head, TraceParser
 
 NCU_REP_MAGIC = b"NVR\x00"
 NSYS_REP_MAGIC = b"NVIDIA Tegra Profiler Report"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # ncu CSV headers
-NCU_DETAILS = {"ID", "Kernel Name", "Metric Name", "Metric Value"}
-NCU_RAW = {"ID", "Kernel Name"}
+NCU_DETAILS = frozenset({"ID", "Kernel Name", "Metric Name", "Metric Value"})
+NCU_RAW = frozenset({"ID", "Kernel Name"})
 # nvprof CSV headers
-NVPROF_SUMMARY = {"Time(%)", "Time", "Calls", "Avg", "Name"}
-NVPROF_TRACE = {"Start", "Duration", "Name"}
+NVPROF_SUMMARY = frozenset({"Time(%)", "Time", "Calls", "Avg", "Name"})
+NVPROF_TRACE = frozenset({"Start", "Duration", "Name"})
 # nsys stats CSV headers
-NSYS_PUSHPOP = {"Start (ns)", "End (ns)", "Name", "TID", "Lvl", "RangeId", "ParentId"}
-NSYS_KERN_SUM = {"Total Time (ns)", "Instances", "Name"}
+NSYS_PUSHPOP = frozenset({"Start (ns)", "End (ns)", "Name", "TID", "Lvl", "RangeId", "ParentId"})
+NSYS_KERN_SUM = frozenset({"Total Time (ns)", "Instances", "Name"})
 
 
-def _cells(line: str) -> set[str]:
-    return {c.strip().strip('"') for c in line.split(",")}
+class BuiltinFormat(TraceParser):
+    """A built-in format's declaration; its parser class (named by ``implementation``) adds ``parse``."""
+
+    #: ``module:Class`` of the parser that reads the format.
+    implementation: ClassVar[str] = ""
 
 
-def ncu_rep(head: Head) -> bool:
-    return not head.gzipped and head.raw.startswith(NCU_REP_MAGIC)
+# Magic bytes outrank text headers, which outrank "any JSON document".
+class NcuRep(BuiltinFormat):
+    name, tool, priority, magic = "ncu-rep", "Nsight Compute", 100, NCU_REP_MAGIC
+    implementation = "iotrace.trace.formats.ncu_rep:NcuRepParser"
 
 
-def nsys_rep(head: Head) -> bool:
-    return not head.gzipped and head.raw.startswith(NSYS_REP_MAGIC)
+class NsysRep(BuiltinFormat):
+    name, tool, priority, magic = "nsys-rep", "Nsight Systems", 100, NSYS_REP_MAGIC
+    implementation = "iotrace.trace.formats.nsys_rep:NsysRepParser"
 
 
-def nsys_sqlite(head: Head) -> bool:
-    return not head.gzipped and head.raw.startswith(SQLITE_MAGIC)
+class NsysSqlite(BuiltinFormat):
+    name, tool, priority, magic = "nsys-sqlite", "Nsight Systems", 100, SQLITE_MAGIC
+    implementation = "iotrace.trace.formats.nsys_sqlite:NsysSqliteParser"
 
 
-def kineto(head: Head) -> bool:
-    return head.data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
+class Kineto(BuiltinFormat):
+    # generic: any JSON document; specific magic bytes are tried first
+    name, tool, priority = "kineto-json", "PyTorch profiler (Kineto)", 10
+    implementation = "iotrace.trace.formats.kineto:KinetoParser"
+
+    def sniff(self, head: Head) -> bool:
+        return head.data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[")
 
 
-def ncu_csv(head: Head) -> bool:
-    return any(_cells(line) >= NCU_RAW for line in head.lines(400))
+class NcuCsv(BuiltinFormat):
+    name, tool, priority = "ncu-csv", "Nsight Compute", 50
+    headers, header_lines = (NCU_RAW,), 400
+    implementation = "iotrace.trace.formats.ncu_csv:NcuCsvParser"
 
 
-def nvprof_csv(head: Head) -> bool:
-    for line in head.lines(100):
-        cells = _cells(line)
-        if cells >= NVPROF_SUMMARY or (cells >= NVPROF_TRACE and "Grid X" in cells):
-            return True
-    return False
+class NvprofCsv(BuiltinFormat):
+    name, tool, priority = "nvprof-csv", "nvprof", 45
+    # The GPU summary, or a GPU trace (which, unlike other Start/Duration/Name tables, has launch geometry).
+    headers, header_lines = (NVPROF_SUMMARY, NVPROF_TRACE | {"Grid X"}), 100
+    implementation = "iotrace.trace.formats.nvprof_csv:NvprofCsvParser"
 
 
-def nsys_stats_csv(head: Head) -> bool:
-    for line in head.lines(50):
-        cells = _cells(line)
-        if cells >= NSYS_PUSHPOP or cells >= NSYS_KERN_SUM:
-            return True
-    return False
+class NsysStatsCsv(BuiltinFormat):
+    name, tool, priority = "nsys-stats-csv", "Nsight Systems (nsys stats)", 40
+    headers, header_lines = (NSYS_PUSHPOP, NSYS_KERN_SUM), 50
+    implementation = "iotrace.trace.formats.nsys_stats_csv:NsysStatsCsvParser"
+
+
+#: Every built-in format, in registration order (which breaks ties of priority).
+BUILTIN_FORMATS: tuple[type[BuiltinFormat], ...] = (NcuRep, NsysRep, NsysSqlite, Kineto, NcuCsv, NvprofCsv,
+                                                    NsysStatsCsv)

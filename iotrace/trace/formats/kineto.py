@@ -30,8 +30,7 @@ from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._common import attach_launch_times, attach_paths, int_or_none, us_to_ns
-from iotrace.trace.hookspecs import hookimpl
-from iotrace.trace.parser import Head, TraceParser, read_bytes
+from iotrace.trace.parser import Head, read_bytes
 from iotrace.trace.tables import TraceTables, build
 
 PROFILER_RANGE = "cuda_profiler_range"
@@ -43,13 +42,8 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"the JSON holds {name}, which no profiler writes for a measured value")
 
 
-class KinetoParser(TraceParser):
-    name = "kineto-json"
-    tool = "PyTorch profiler (Kineto)"
-    priority = 10  # generic: any JSON document; specific magic bytes are tried first
-
-    def sniff(self, head: Head) -> bool:
-        return _sniff.kineto(head)
+class KinetoParser(_sniff.Kineto):
+    """Reads the format :class:`iotrace.trace.formats._sniff.Kineto` declares."""
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path
@@ -349,7 +343,3 @@ def _devices(doc: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
         break
     return rows
 
-
-@hookimpl
-def iotrace_trace_parsers() -> list[TraceParser]:
-    return [KinetoParser()]

@@ -20,8 +20,7 @@ from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._csv import find_header, number, read_rows
-from iotrace.trace.hookspecs import hookimpl
-from iotrace.trace.parser import Head, TraceParser
+from iotrace.trace.parser import Head
 from iotrace.trace.tables import TraceTables, build
 
 DETAILS = _sniff.NCU_DETAILS
@@ -29,13 +28,8 @@ RAW = _sniff.NCU_RAW
 _DIMS = re.compile(r"^\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)$")
 
 
-class NcuCsvParser(TraceParser):
-    name = "ncu-csv"
-    tool = "Nsight Compute"
-    priority = 50
-
-    def sniff(self, head: Head) -> bool:
-        return _sniff.ncu_csv(head)
+class NcuCsvParser(_sniff.NcuCsv):
+    """Reads the format :class:`iotrace.trace.formats._sniff.NcuCsv` declares."""
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path
@@ -178,7 +172,3 @@ def _devices(launches: Any, cc: dict[str, str]) -> list[dict[str, Any]]:
             rows[device] = {"device": device, "cc": text or None, "vendor": "nvidia"}
     return with_cards(list(rows.values()))
 
-
-@hookimpl
-def iotrace_trace_parsers() -> list[TraceParser]:
-    return [NcuCsvParser()]

@@ -1,8 +1,9 @@
 """Nsight Compute reports (``.ncu-rep``, legacy ``.nsight-cuprof-report``) through NVIDIA's ``ncu_report`` module.
 
-The container (``../shared/corpus/PROVENANCE.md``, reader note): ``NVR\\0``, a uint32-length-prefixed FileHeader
-protobuf, then blocks of [uint32 length + BlockHeader protobuf (field 5 = PayloadSize) + payload]. ``ncu_report``
-loads anything, even an HTML page, as a report with zero ranges, and is native code; so the container is walked
+The container, which NVIDIA does not document (the layout was read off the files themselves and holds for
+Nsight Compute 2019.x to 2024.3 reports): ``NVR\\0``, a uint32-length-prefixed FileHeader protobuf, then blocks of
+[uint32 length + BlockHeader protobuf (field 5 = PayloadSize) + payload]. ``ncu_report`` loads anything, even an
+HTML page, as a report with zero ranges, and is native code; so the container is walked
 first (a cut-short file is refused before it reaches native code) and zero ranges is an error.
 
 Every numeric metric of every launch lands in ``metrics``; launch and occupancy metrics named in
@@ -28,21 +29,14 @@ from iotrace.trace.devices import with_cards
 from iotrace.trace.errors import TraceFormatError, TraceToolError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
-from iotrace.trace.hookspecs import hookimpl
-from iotrace.trace.parser import Head, TraceParser
+from iotrace.trace.parser import Head
 from iotrace.trace.tables import TraceTables, build
 
-MAGIC = _sniff.NCU_REP_MAGIC
 _VERSION = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
 
 
-class NcuRepParser(TraceParser):
-    name = "ncu-rep"
-    tool = "Nsight Compute"
-    priority = 100
-
-    def sniff(self, head: Head) -> bool:
-        return _sniff.ncu_rep(head)
+class NcuRepParser(_sniff.NcuRep):
+    """Reads the format :class:`iotrace.trace.formats._sniff.NcuRep` declares."""
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path
@@ -261,7 +255,3 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any]) -> Tr
              for k, v in d.items()} for d in devices.values()]
     return build(path, kernels=kernel_frame, metrics=metrics, devices=with_cards(rows), meta=meta)
 
-
-@hookimpl
-def iotrace_trace_parsers() -> list[TraceParser]:
-    return [NcuRepParser()]

@@ -1,8 +1,9 @@
 """Nsight Systems reports (``.nsys-rep``, legacy ``.qdrep``): converted to SQLite with ``nsys export``.
 
-The container (header ``NVIDIA Tegra Profiler Report``) is not documented or readable without NVIDIA's tool
-(``../shared/corpus/PROVENANCE.md``), so iotrace runs ``nsys export --type sqlite`` when ``nsys`` is on PATH and
-reads the result; without it, the error names the tool and the command to run.
+The container (header ``NVIDIA Tegra Profiler Report``) is not documented by NVIDIA and, unlike ``.ncu-rep``, is
+not a protobuf stream a generic walker can read, so only NVIDIA's tool reads it: iotrace runs
+``nsys export --type sqlite`` when ``nsys`` is on PATH and reads the result; without it, the error names the tool
+and the command to run.
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from pathlib import Path
 from iotrace.trace.errors import TraceFormatError, TraceToolError
 from iotrace.trace.formats import _sniff
 from iotrace.trace.formats.nsys_sqlite import read_database
-from iotrace.trace.hookspecs import hookimpl
-from iotrace.trace.parser import Head, TraceParser
+from iotrace.trace.parser import Head
 from iotrace.trace.tables import TraceTables
 
-MAGIC = _sniff.NSYS_REP_MAGIC
 _HEADER_VERSION = re.compile(rb"NVIDIA Tegra Profiler Report (\d{4})@(\d+)@(\d+)@(\d+)")
 #: Seconds one export may take before it is treated as hung.
 EXPORT_TIMEOUT_S = 600
@@ -34,13 +33,8 @@ def header_version(raw: bytes) -> str | None:
     return ".".join(g.decode() for g in match.groups()) if match else None
 
 
-class NsysRepParser(TraceParser):
-    name = "nsys-rep"
-    tool = "Nsight Systems"
-    priority = 100
-
-    def sniff(self, head: Head) -> bool:
-        return _sniff.nsys_rep(head)
+class NsysRepParser(_sniff.NsysRep):
+    """Reads the format :class:`iotrace.trace.formats._sniff.NsysRep` declares."""
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path
@@ -67,7 +61,3 @@ class NsysRepParser(TraceParser):
                             "report_version": header_version(head.raw)})
         return tables
 
-
-@hookimpl
-def iotrace_trace_parsers() -> list[TraceParser]:
-    return [NsysRepParser()]

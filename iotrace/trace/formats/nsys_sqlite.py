@@ -25,20 +25,12 @@ from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._common import attach_launch_times, attach_paths
-from iotrace.trace.hookspecs import hookimpl
-from iotrace.trace.parser import Head, TraceParser
+from iotrace.trace.parser import Head
 from iotrace.trace.tables import TraceTables, build
 
-SQLITE_MAGIC = _sniff.SQLITE_MAGIC
 
-
-class NsysSqliteParser(TraceParser):
-    name = "nsys-sqlite"
-    tool = "Nsight Systems"
-    priority = 100
-
-    def sniff(self, head: Head) -> bool:
-        return _sniff.nsys_sqlite(head)
+class NsysSqliteParser(_sniff.NsysSqlite):
+    """Reads the format :class:`iotrace.trace.formats._sniff.NsysSqlite` declares."""
 
     def parse(self, head: Head) -> TraceTables:
         check_not_truncated(head)
@@ -215,7 +207,3 @@ def _transfers(db: sqlite3.Connection, tables: set[str], strings: pd.Series) -> 
         frames.append(frame.drop(columns=["copy_kind"]))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-
-@hookimpl
-def iotrace_trace_parsers() -> list[TraceParser]:
-    return [NsysSqliteParser()]

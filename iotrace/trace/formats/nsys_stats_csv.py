@@ -17,21 +17,15 @@ import pandas as pd
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._csv import find_header, number, read_rows
-from iotrace.trace.hookspecs import hookimpl
-from iotrace.trace.parser import Head, TraceParser
+from iotrace.trace.parser import Head
 from iotrace.trace.tables import TraceTables, build
 
 PUSHPOP = _sniff.NSYS_PUSHPOP
 KERN_SUM = _sniff.NSYS_KERN_SUM
 
 
-class NsysStatsCsvParser(TraceParser):
-    name = "nsys-stats-csv"
-    tool = "Nsight Systems (nsys stats)"
-    priority = 40
-
-    def sniff(self, head: Head) -> bool:
-        return _sniff.nsys_stats_csv(head)
+class NsysStatsCsvParser(_sniff.NsysStatsCsv):
+    """Reads the format :class:`iotrace.trace.formats._sniff.NsysStatsCsv` declares."""
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path
@@ -103,7 +97,3 @@ def _kern_sum(path: Path, header: list[str], body: list[list[str]]) -> TraceTabl
             "schema": "cuda_gpu_kern_sum", "notes": ["summary rows: one per kernel name, launches = Instances"]}
     return build(path, kernels=pd.DataFrame(kernels), meta=meta)
 
-
-@hookimpl
-def iotrace_trace_parsers() -> list[TraceParser]:
-    return [NsysStatsCsvParser()]

@@ -18,8 +18,7 @@ import pandas as pd
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._csv import find_header, read_rows
-from iotrace.trace.hookspecs import hookimpl
-from iotrace.trace.parser import Head, TraceParser
+from iotrace.trace.parser import Head
 from iotrace.trace.tables import TraceTables, build
 
 SUMMARY = _sniff.NVPROF_SUMMARY
@@ -29,13 +28,8 @@ _BYTE_SCALE = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "": 1}
 _VALUE = re.compile(r"^([+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ns|us|ms|s|%|B|KB|MB|GB)?$")
 
 
-class NvprofCsvParser(TraceParser):
-    name = "nvprof-csv"
-    tool = "nvprof"
-    priority = 45
-
-    def sniff(self, head: Head) -> bool:
-        return _sniff.nvprof_csv(head)
+class NvprofCsvParser(_sniff.NvprofCsv):
+    """Reads the format :class:`iotrace.trace.formats._sniff.NvprofCsv` declares."""
 
     def parse(self, head: Head) -> TraceTables:
         path = head.path
@@ -124,7 +118,3 @@ def _count(path: Path, text: str, line: int) -> int:
         raise TraceFormatError(path, f"row {line}: {text!r} is not a whole number", "the file is damaged")
     return int(value)
 
-
-@hookimpl
-def iotrace_trace_parsers() -> list[TraceParser]:
-    return [NvprofCsvParser()]

@@ -11,7 +11,6 @@ from functools import cache
 
 from iotrace.trace.render.figures import figures
 from iotrace.trace.render.fmt import bytes_, duration, num, pct
-from iotrace.trace.reports.diff import Diff
 from iotrace.trace.reports.records import Finding
 from iotrace.trace.reports.report import Report
 from iotrace.trace.reports.stall_reasons import reason
@@ -134,15 +133,3 @@ def report_html(report: Report) -> str:
     if report.notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in report.notes) + "</ul>")
     return _page(f"iotrace report — {meta.get('source')}", "\n".join(body))
-
-
-def diff_html(diff: Diff) -> str:
-    rows = [_row(["before → after", "match", "time", "DRAM bytes", "L2 bytes", "theoretical occ."], header=True)]
-    for r in diff.kernels.to_dict("records"):
-        rows.append(_row([e(f"{r['before']} → {r['after']}"), e(r["match"]),
-                          e(f"{duration(r['duration_ns_before'])} → {duration(r['duration_ns_after'])}"),
-                          e(f"{bytes_(r['dram_bytes_before'])} → {bytes_(r['dram_bytes_after'])}"),
-                          e(f"{bytes_(r['l2_bytes_before'])} → {bytes_(r['l2_bytes_after'])}"),
-                          e(f"{pct(r['theoretical_pct_before'])} → {pct(r['theoretical_pct_after'])}")]))
-    return _page("iotrace diff", "<h1>iotrace diff</h1><table>" + "".join(rows) + "</table>" +
-                 _findings(diff.findings))

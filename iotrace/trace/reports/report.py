@@ -20,7 +20,6 @@ from iotrace.trace.reports.occupancy import OccupancyRow, occupancy_findings, oc
 from iotrace.trace.reports.plugin_costs import PluginMatch, match_plugins
 from iotrace.trace.reports.records import Finding, Unavailable
 from iotrace.trace.reports.roofline import RooflinePoint, roofline_findings, roofline_point
-from iotrace.trace.reports.stall_reasons import reason
 from iotrace.trace.reports.stalls import primary, stall_findings, stall_table
 from iotrace.trace.reports.timeline import Timeline, timeline, timeline_findings
 from iotrace.trace.tables import TraceTables
@@ -241,7 +240,3 @@ def _dedupe(missing: list[Unavailable]) -> list[dict[str, Any]]:
         if item.kernel_id is not None:
             entry["kernel_ids"].append(item.kernel_id)
     return list(grouped.values())
-
-
-def stall_label(key: str) -> str:
-    return reason(key).label
