@@ -20,7 +20,6 @@ class MetricView:
         values = metrics["value"].to_numpy(dtype=float)
         for kid, name, value in zip(ids.tolist(), names.tolist(), values.tolist(), strict=True):
             self._by_kernel.setdefault(kid, {})[name] = value
-        self._all_names: set[str] = set(names.tolist())
 
     def __bool__(self) -> bool:
         return bool(self._by_kernel)
@@ -40,6 +39,3 @@ class MetricView:
                 return name, value
         return None
 
-    def anywhere(self, name: str) -> bool:
-        """Whether any kernel of the trace has the metric."""
-        return name in self._all_names
