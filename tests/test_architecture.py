@@ -160,3 +160,16 @@ def test_a_deliberate_upward_import_is_caught(tmp_path: Path, source: str, fault
     graph = import_graph(copy)
     assert any(line.startswith(fault) for line in upward(graph))
     assert circles(graph)  # occupancy is imported from above, so the upward import closes a circle
+
+
+def test_the_package_and_the_trace_reader_import_nothing_heavy() -> None:
+    """``import iotrace``, ``iotrace.trace`` and building the whole command line load no torch, pandas or plotly (nor
+    numpy, Triton or rich): `iotrace cards` and a plugin's import stay fast."""
+    import subprocess
+    import sys
+
+    code = ("import sys, iotrace, iotrace.trace, iotrace.cli; iotrace.cli.build_parser(); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'pandas', 'plotly', 'numpy', 'triton', "
+            "'rich'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
