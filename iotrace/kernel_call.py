@@ -48,7 +48,7 @@ class KernelCall:
 
         >>> from iotrace.plugins import kernel
         >>> KernelCall.make(kernel("rmsnorm"), card="h100").dtype
-        'bf16'
+        'fp16'
 
         :raises InvalidValueError: an unknown backend, shape key, preset or dtype, with what the kernel takes.
         """
