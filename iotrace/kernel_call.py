@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from iotrace.errors import InvalidValueError
+from iotrace.plugins.spec import DEFAULT_BACKEND
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -29,7 +30,7 @@ class KernelCall:
     shape: Shape
     dtype: str
     card: Card
-    backend: str = "triton"
+    backend: str = DEFAULT_BACKEND
 
     def __post_init__(self) -> None:
         # Validated here, once: every holder of a call can trust its shape, dtype and backend.
@@ -42,7 +43,8 @@ class KernelCall:
 
     @classmethod
     def make(cls, spec: KernelSpec, shape: Mapping[str, int] | None = None, dtype: str | None = None,
-             card: Card | str | None = None, backend: str = "triton", *, preset: str | None = None) -> KernelCall:
+             card: Card | str | None = None, backend: str = DEFAULT_BACKEND, *,
+             preset: str | None = None) -> KernelCall:
         """Validate and resolve: ``preset`` or ``shape`` (neither: the kernel's default shape), ``dtype`` (None: the
         kernel's first), ``card`` (a Card, a CardBook name, or None: ``$IOTRACE_CARD``, then the local GPU).
 

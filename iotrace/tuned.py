@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iotrace.errors import DataFileError, InvalidValueError
+from iotrace.plugins.spec import DEFAULT_BACKEND
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -81,7 +82,8 @@ def _files() -> list[Path]:
     return [*listed, *_EXTRA]
 
 
-def tuned_config(spec: KernelSpec, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config | None:
+def tuned_config(spec: KernelSpec, shape: Shape, dtype: str, card: Card,
+                 backend: str = DEFAULT_BACKEND) -> Config | None:
     """The shipped tuned config for this call, or None (then the kernel's default applies)."""
     files = _files()
     if not files:

@@ -1,5 +1,5 @@
 """``python -m iotrace.compiler``: the compile worker process (a job as JSON on stdin, answers on stdout)."""
 
-from iotrace.compiler import _worker_main
+from iotrace.compiler.worker import worker_main
 
-_worker_main()
+worker_main()

@@ -37,6 +37,7 @@ from iotrace.kernels.backend import interpreting
 from iotrace.model_shapes import model
 from iotrace.plugins import hookimpl
 from iotrace.plugins.spec import (
+    DEFAULT_BACKEND,
     DTYPE_BYTES,
     DTYPE_PEAK,
     Baselines,
@@ -45,13 +46,14 @@ from iotrace.plugins.spec import (
     KernelSpec,
     Shape,
     Tolerance,
+    TritonLaunch,
     TritonUnit,
 )
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
 
-__all__ = ["DecodeSpec", "default_splits", "flash_decode"]
+__all__ = ["DecodeSpec", "combine_launch", "default_splits", "flash_decode"]
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -94,8 +96,8 @@ def _decode_split_kernel(
         key_ok = offs_n < hi
         k = tl.load(k_base + offs_n[None, :] * stride_kt + offs_d[:, None], mask=key_ok[None, :], other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        # The interpreter's bf16 tl.dot multiplies raw bits (env-probe.md); a constexpr `if` keeps the upcast out
-        # of GPU kernels entirely.
+        # The interpreter has no bf16 arithmetic (numpy lacks the type): its tl.dot on bf16 multiplies the raw bit
+        # patterns, so it upcasts to fp32 there; a constexpr `if` keeps the upcast out of GPU kernels entirely.
         if UPCAST:  # noqa: SIM108
             qk = tl.dot(q.to(tl.float32), k.to(tl.float32))
         else:
@@ -162,24 +164,47 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     if longest > k_cache.shape[1] or shortest < 1:
         raise InvalidValueError(f"context lengths {shortest}..{longest} fall outside the cache of "
                                 f"{k_cache.shape[1]} positions", "each length must be between 1 and the cache length")
+    for launch in _decode_launches(q, k_cache, v_cache, context_lens, out, lse, config, interpreting()):
+        launch()
+
+
+def _decode_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, context_lens: torch.Tensor,
+                     out: torch.Tensor, lse: torch.Tensor, config: Mapping[str, int],
+                     interpreter: bool) -> list[TritonLaunch]:
+    """The one statement of a decode call's two launches (split, then combine), allocating the partial results on
+    q's device: :func:`flash_decode` calls it, :meth:`DecodeSpec.compile_units` compiles it."""
+    batch, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[2]
     splits = config["NUM_SPLITS"]
     partial_o = torch.empty(batch, heads, splits, head_dim, dtype=torch.float32, device=q.device)
     partial_lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
     group = heads // kv_heads
-    _decode_split_kernel[(batch * kv_heads, splits)](
-        q, k_cache, v_cache, context_lens, partial_o, partial_lse,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        partial_o.stride(0), partial_o.stride(1), partial_o.stride(2), partial_lse.stride(0), partial_lse.stride(1),
-        kv_heads, group, LOG2E / math.sqrt(head_dim),
-        HEAD_DIM=head_dim, GROUP_PAD=_group_pad(group), BLOCK_N=config["BLOCK_N"], NUM_SPLITS=splits,
-        UPCAST=interpreting() and q.dtype != torch.float16, num_warps=config["num_warps"],
-        num_stages=config["num_stages"])
-    _decode_combine_kernel[(batch * heads,)](
-        partial_o, partial_lse, out, lse,
-        partial_o.stride(0), partial_o.stride(1), partial_o.stride(2), partial_lse.stride(0), partial_lse.stride(1),
-        out.stride(0), out.stride(1), lse.stride(0), heads,
-        HEAD_DIM=head_dim, NUM_SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+    args = {"q_ptr": q, "k_ptr": k_cache, "v_ptr": v_cache, "lens_ptr": context_lens, "po_ptr": partial_o,
+            "plse_ptr": partial_lse, "stride_qb": q.stride(0), "stride_qh": q.stride(1),
+            "stride_kb": k_cache.stride(0), "stride_kt": k_cache.stride(1), "stride_kh": k_cache.stride(2),
+            "stride_vb": v_cache.stride(0), "stride_vt": v_cache.stride(1), "stride_vh": v_cache.stride(2),
+            "stride_pb": partial_o.stride(0), "stride_ph": partial_o.stride(1), "stride_ps": partial_o.stride(2),
+            "stride_lb": partial_lse.stride(0), "stride_lh": partial_lse.stride(1), "KV_HEADS": kv_heads,
+            "GROUP": group, "qk_scale": LOG2E / math.sqrt(head_dim)}
+    constexprs = {"HEAD_DIM": head_dim, "GROUP_PAD": _group_pad(group), "BLOCK_N": config["BLOCK_N"],
+                  "NUM_SPLITS": splits, "UPCAST": interpreter and q.dtype != torch.float16}
+    split = TritonLaunch(_decode_split_kernel, (batch * kv_heads, splits, 1), args, constexprs, config["num_warps"],
+                         config["num_stages"])
+    return [split, combine_launch(partial_o, partial_lse, out, lse)]
+
+
+def combine_launch(partial_o: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor) -> TritonLaunch:
+    """The combine step of a split-KV decode: partial outputs (B, H, splits, d) and log-sum-exps (B, H, splits)
+    into ``out`` (B, H, d) and ``lse`` (B, H); one program per (sequence, query head)."""
+    batch, heads, splits, head_dim = partial_o.shape
+    args = {"po_ptr": partial_o, "plse_ptr": partial_lse, "o_ptr": out, "lse_ptr": lse,
+            "stride_pb": partial_o.stride(0), "stride_ph": partial_o.stride(1), "stride_ps": partial_o.stride(2),
+            "stride_lb": partial_lse.stride(0), "stride_lh": partial_lse.stride(1), "stride_ob": out.stride(0),
+            "stride_oh": out.stride(1), "stride_fb": lse.stride(0), "HEADS": heads}
+    constexprs = {"HEAD_DIM": head_dim, "NUM_SPLITS": splits, "SPLITS_PAD": triton.next_power_of_2(splits)}
+    # One stage: the kernel has no loop for Triton to software-pipeline, so the stage count changes nothing.
+    return TritonLaunch(_decode_combine_kernel, (batch * heads, 1, 1), args, constexprs, num_warps=4, num_stages=1)
 
 
 def default_splits(batch: int, kv_heads: int, context: int, block_n: int, sm_count: int) -> int:
@@ -281,7 +306,7 @@ class DecodeSpec(DecodeShapes):
         return decode_reference(inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["context_lens"])
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-                      backend: str = "triton") -> None:
+                      backend: str = DEFAULT_BACKEND) -> None:
         # make_inputs built lengths that fit; skipping the host read keeps the launch capturable in a CUDA graph.
         flash_decode(inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["context_lens"], outputs["out"],
                      outputs["lse"], config, validate=False)
@@ -295,36 +320,29 @@ class DecodeSpec(DecodeShapes):
         return Cost(flops, nbytes, DTYPE_PEAK[dtype],
                     "FLOPs = Σ_b 4·L_b·H·d; bytes = Σ_b 2·L_b·H_kv·d·e [K, V read once] + B·H·(2·d·e + 4) [Q, O, lse]")
 
-    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> list[Config]:
         return [{"BLOCK_N": bn, "NUM_SPLITS": s, "num_warps": w, "num_stages": st}
                 for bn, s, w, st in itertools.product((32, 64, 128), (1, 2, 4, 8, 16, 32, 64), (2, 4, 8), (1, 2, 3))
                 if s * bn <= max(shape["context"], bn)]
 
-    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> Config:
         block_n = 64
         return {"BLOCK_N": block_n, "num_warps": 4, "num_stages": 2,
                 "NUM_SPLITS": default_splits(shape["batch"], shape["kv_heads"], shape["context"], block_n,
                                              card.sm_count)}
 
-    def compile_units(self, shape: Shape, dtype: str, config: Config, backend: str = "triton") -> list[TritonUnit]:
-        b, t, h, hkv, d = shape["batch"], shape["context"], shape["heads"], shape["kv_heads"], shape["head_dim"]
-        splits, ptr = config["NUM_SPLITS"], f"*{dtype}"
-        split_args: dict[str, str | int] = {
-            "q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "lens_ptr": "*i32", "po_ptr": "*fp32", "plse_ptr": "*fp32",
-            "stride_qb": h * d, "stride_qh": d, "stride_kb": t * hkv * d, "stride_kt": hkv * d, "stride_kh": d,
-            "stride_vb": t * hkv * d, "stride_vt": hkv * d, "stride_vh": d, "stride_pb": h * splits * d,
-            "stride_ph": splits * d, "stride_ps": d, "stride_lb": h * splits, "stride_lh": splits,
-            "KV_HEADS": hkv, "GROUP": h // hkv, "qk_scale": "fp32"}
-        split_consts = {"HEAD_DIM": d, "GROUP_PAD": _group_pad(h // hkv), "BLOCK_N": config["BLOCK_N"],
-                        "NUM_SPLITS": splits, "UPCAST": False}
-        combine_args: dict[str, str | int] = {
-            "po_ptr": "*fp32", "plse_ptr": "*fp32", "o_ptr": ptr, "lse_ptr": "*fp32", "stride_pb": h * splits * d,
-            "stride_ph": splits * d, "stride_ps": d, "stride_lb": h * splits, "stride_lh": splits,
-            "stride_ob": h * d, "stride_oh": d, "stride_fb": h, "HEADS": h}
-        combine_consts = {"HEAD_DIM": d, "NUM_SPLITS": splits, "SPLITS_PAD": triton.next_power_of_2(splits)}
-        return [TritonUnit(__name__, "_decode_split_kernel", split_args, split_consts, config["num_warps"],
-                           config["num_stages"], (b * hkv, splits, 1)),
-                TritonUnit(__name__, "_decode_combine_kernel", combine_args, combine_consts, 4, 1, (b * h, 1, 1))]
+    def compile_units(self, shape: Shape, dtype: str, config: Config,
+                      backend: str = DEFAULT_BACKEND) -> list[TritonUnit]:
+        # The tensors make_inputs and make_outputs lay out, on the meta device: q and out (B, H_q, d), the caches
+        # (B, T, H_kv, d), the lengths (B,) and lse (B, H_q).
+        b, h, d, t = shape["batch"], shape["heads"], shape["head_dim"], _TORCH_DTYPES[dtype]
+        q = torch.empty(b, h, d, dtype=t, device="meta")
+        cache = torch.empty(b, shape["context"], shape["kv_heads"], d, dtype=t, device="meta")
+        lens = torch.empty(b, dtype=torch.int32, device="meta")
+        lse = torch.empty(b, h, dtype=torch.float32, device="meta")
+        launches = _decode_launches(q, cache, torch.empty_like(cache), lens, torch.empty_like(q), lse, config,
+                                    interpreter=False)
+        return [launch.unit() for launch in launches]
 
 
 @hookimpl

@@ -36,6 +36,7 @@ from iotrace.kernels.backend import interpreting
 from iotrace.model_shapes import model
 from iotrace.plugins import hookimpl
 from iotrace.plugins.spec import (
+    DEFAULT_BACKEND,
     DTYPE_BYTES,
     DTYPE_PEAK,
     Baselines,
@@ -44,6 +45,7 @@ from iotrace.plugins.spec import (
     KernelSpec,
     Shape,
     Tolerance,
+    TritonLaunch,
     TritonUnit,
 )
 
@@ -110,8 +112,8 @@ def _prefill_kernel(
                         mask=key_ok[None, :], other=0.0)
             v = tl.load(v_ptr + (k_start + offs_n)[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
                         mask=key_ok[:, None], other=0.0)
-        # The interpreter's bf16 tl.dot multiplies raw bits (env-probe.md); a constexpr `if` keeps the upcast out
-        # of GPU kernels entirely.
+        # The interpreter has no bf16 arithmetic (numpy lacks the type): its tl.dot on bf16 multiplies the raw bit
+        # patterns, so it upcasts to fp32 there; a constexpr `if` keeps the upcast out of GPU kernels entirely.
         if UPCAST:  # noqa: SIM108
             qk = tl.dot(q.to(tl.float32), k.to(tl.float32))
         else:
@@ -157,18 +159,29 @@ def flash_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_
                                 "cu_seqlens_q ends at total_q and cu_seqlens_k at total_k, one entry per sequence + 1")
     if config.get("USE_TMA") and not (k.is_contiguous() and v.is_contiguous()):
         raise InvalidValueError("the TMA prefill needs contiguous K and V", "use USE_TMA=0")
-    batch = cu_seqlens_q.numel() - 1
-    # (sequence, head) on axis 0 (up to 2^31 - 1 programs); query blocks on axis 1, which CUDA caps at 65535.
-    grid = (batch * heads, triton.cdiv(max_seqlen_q, config["BLOCK_M"]))
     if config.get("USE_TMA") and not interpreting():
         triton.set_allocator(_tma_allocator)
-    _prefill_kernel[grid](
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        lse.stride(0), heads, heads // kv_heads, total_k, LOG2E / math.sqrt(head_dim),
-        CAUSAL=causal, HEAD_DIM=head_dim, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
-        USE_TMA=bool(config.get("USE_TMA")), UPCAST=interpreting() and q.dtype != torch.float16,
-        num_warps=config["num_warps"], num_stages=config["num_stages"])
+    _prefill_launch(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, lse, causal, config, interpreting())()
+
+
+def _prefill_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, out: torch.Tensor, lse: torch.Tensor, causal: bool,
+                    config: Mapping[str, int], interpreter: bool) -> TritonLaunch:
+    """The one statement of a prefill launch: :func:`flash_prefill` calls it, :meth:`PrefillSpec.compile_units`
+    compiles it."""
+    heads, head_dim = q.shape[1], q.shape[2]
+    total_k, kv_heads = k.shape[0], k.shape[1]
+    batch = cu_seqlens_q.numel() - 1
+    # (sequence, head) on axis 0 (up to 2^31 - 1 programs); query blocks on axis 1, which CUDA caps at 65535.
+    grid = (batch * heads, triton.cdiv(max_seqlen_q, config["BLOCK_M"]), 1)
+    args = {"q_ptr": q, "k_ptr": k, "v_ptr": v, "o_ptr": out, "lse_ptr": lse, "cu_q_ptr": cu_seqlens_q,
+            "cu_k_ptr": cu_seqlens_k, "stride_qt": q.stride(0), "stride_qh": q.stride(1), "stride_kt": k.stride(0),
+            "stride_kh": k.stride(1), "stride_vt": v.stride(0), "stride_vh": v.stride(1), "stride_ot": out.stride(0),
+            "stride_oh": out.stride(1), "stride_lh": lse.stride(0), "H": heads, "GROUP": heads // kv_heads,
+            "TOTAL_K": total_k, "qk_scale": LOG2E / math.sqrt(head_dim)}
+    constexprs = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"],
+                  "USE_TMA": bool(config.get("USE_TMA")), "UPCAST": interpreter and q.dtype != torch.float16}
+    return TritonLaunch(_prefill_kernel, grid, args, constexprs, config["num_warps"], config["num_stages"])
 
 
 def _cu_seqlens(lens: list[int], device: str) -> torch.Tensor:
@@ -265,7 +278,7 @@ class PrefillSpec(KernelSpec):
         return {"out": torch.cat(outs), "lse": torch.cat(lses, dim=1)}
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-                      backend: str = "triton") -> None:
+                      backend: str = DEFAULT_BACKEND) -> None:
         # max_seqlen and causal ride as 0-d CPU tensors: no device read, so the launch is capturable in a graph.
         cu = inputs["cu_seqlens"]
         flash_prefill(inputs["q"], inputs["k"], inputs["v"], cu, cu, int(inputs["max_seqlen"]), outputs["out"],
@@ -284,13 +297,13 @@ class PrefillSpec(KernelSpec):
         return Cost(flops, nbytes, DTYPE_PEAK[dtype],
                     "FLOPs = Σ 4·L²·H·d (÷2 causal); bytes = Σ L·(2·H·d·e [Q, O] + 2·H_kv·d·e [K, V] + 4·H [lse])")
 
-    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> list[Config]:
         tma = [False, True] if card.sm_limits.cc >= (9, 0) else [False]
         return [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s, "USE_TMA": t}
                 for bm, bn, w, s, t in itertools.product((32, 64, 128), (32, 64, 128), (4, 8), (1, 2, 3, 4), tma)
                 if not (bm == 32 and w == 8)]
 
-    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> Config:
         # Tile sizes of the Triton tutorial 06-fused-attention forward; fewer stages where shared memory is 99 KB.
         cc = card.sm_limits.cc
         if cc >= (9, 0):
@@ -300,20 +313,18 @@ class PrefillSpec(KernelSpec):
             return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "USE_TMA": False}
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "USE_TMA": False}
 
-    def compile_units(self, shape: Shape, dtype: str, config: Config, backend: str = "triton") -> list[TritonUnit]:
+    def compile_units(self, shape: Shape, dtype: str, config: Config,
+                      backend: str = DEFAULT_BACKEND) -> list[TritonUnit]:
+        # The packed tensors make_inputs and make_outputs lay out, on the meta device: (tokens, heads, d) q, k, v
+        # and out, (heads, tokens) lse, one cu_seqlens for queries and keys (prefill attends within each sequence).
         lens = shape_lengths(shape, "seqlen")
-        h, hkv, d = shape["heads"], shape["kv_heads"], shape["head_dim"]
-        ptr = f"*{dtype}"
-        args: dict[str, str | int] = {
-            "q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32", "cu_q_ptr": "*i32",
-            "cu_k_ptr": "*i32", "stride_qt": h * d, "stride_qh": d, "stride_kt": hkv * d, "stride_kh": d,
-            "stride_vt": hkv * d, "stride_vh": d, "stride_ot": h * d, "stride_oh": d, "stride_lh": sum(lens),
-            "H": h, "GROUP": h // hkv, "TOTAL_K": sum(lens), "qk_scale": "fp32"}
-        constexprs = {"CAUSAL": bool(shape["causal"]), "HEAD_DIM": d, "BLOCK_M": config["BLOCK_M"],
-                      "BLOCK_N": config["BLOCK_N"], "USE_TMA": bool(config.get("USE_TMA")), "UPCAST": False}
-        grid = (shape["batch"] * h, triton.cdiv(max(lens), config["BLOCK_M"]), 1)
-        return [TritonUnit(__name__, "_prefill_kernel", args, constexprs, config["num_warps"], config["num_stages"],
-                           grid)]
+        total, d, t = sum(lens), shape["head_dim"], _TORCH_DTYPES[dtype]
+        q = torch.empty(total, shape["heads"], d, dtype=t, device="meta")
+        k = torch.empty(total, shape["kv_heads"], d, dtype=t, device="meta")
+        cu = torch.empty(shape["batch"] + 1, dtype=torch.int32, device="meta")
+        lse = torch.empty(shape["heads"], total, dtype=torch.float32, device="meta")
+        return [_prefill_launch(q, k, torch.empty_like(k), cu, cu, max(lens), torch.empty_like(q), lse,
+                                bool(shape["causal"]), config, interpreter=False).unit()]
 
 
 @hookimpl

@@ -1,26 +1,16 @@
 """Where kernels run: Triton on a GPU, or Triton's interpreter on the CPU.
 
-Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a function, so the choice must be made
-before any kernel module is imported (../shared/reference/env-probe.md, section 1). The plugin manager
-calls :func:`prepare_triton` first; an explicit ``TRITON_INTERPRET`` always wins.
+Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a function (``triton.runtime.jit.jit`` returns an
+``InterpretedFunction`` then), so the choice must be made before any kernel module is imported:
+:func:`iotrace.plugins.manager.prepare_triton` makes it before the plugin manager imports any plugin; an explicit
+``TRITON_INTERPRET`` always wins.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["device", "interpreting", "prepare_triton"]
-
-
-def prepare_triton() -> None:
-    """Turn the Triton interpreter on when no CUDA device is visible and the user has not chosen."""
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 keeps its default
-    if "TRITON_INTERPRET" in os.environ:
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
+__all__ = ["device", "interpreting"]
 
 
 def interpreting() -> bool:

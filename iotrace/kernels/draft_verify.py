@@ -34,7 +34,17 @@ import triton.language as tl
 
 from iotrace.errors import InvalidValueError
 from iotrace.plugins import hookimpl
-from iotrace.plugins.spec import Baselines, Config, Cost, KernelSpec, Shape, Tolerance, TritonUnit
+from iotrace.plugins.spec import (
+    DEFAULT_BACKEND,
+    Baselines,
+    Config,
+    Cost,
+    KernelSpec,
+    Shape,
+    Tolerance,
+    TritonLaunch,
+    TritonUnit,
+)
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -191,10 +201,25 @@ def verify(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Te
     """
     if validate:
         _check_inputs(draft, lens, q, p, u, logits)
+    _verify_launch(draft, lens, q, p, u, accepted, token, greedy, config, logits)()
+
+
+#: Triton's default num_stages on NVIDIA targets (CUDAOptions.num_stages): the launch has always run with it, and
+#: the compile must pipeline the vocabulary loops the same way.
+_STAGES = 3
+
+
+def _verify_launch(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
+                   accepted: torch.Tensor, token: torch.Tensor, greedy: bool, config: Mapping[str, int],
+                   logits: bool) -> TritonLaunch:
+    """The one statement of a verify launch, one program per sequence: :func:`verify` calls it,
+    :meth:`DraftVerifySpec.compile_units` compiles it."""
     batch, gamma = draft.shape
-    _verify_kernel[(batch,)](draft, lens, q, p, u, accepted, token, draft.stride(0), q.stride(0), q.stride(1),
-                             p.stride(0), p.stride(1), u.stride(0), p.shape[-1], GAMMA=gamma, GREEDY=greedy,
-                             LOGITS=logits, BLOCK_V=config["BLOCK_V"], num_warps=config["num_warps"])
+    args = {"draft_ptr": draft, "lens_ptr": lens, "q_ptr": q, "p_ptr": p, "u_ptr": u, "accepted_ptr": accepted,
+            "token_ptr": token, "stride_db": draft.stride(0), "stride_qb": q.stride(0), "stride_qi": q.stride(1),
+            "stride_pb": p.stride(0), "stride_pi": p.stride(1), "stride_ub": u.stride(0), "V": p.shape[-1]}
+    constexprs = {"GAMMA": gamma, "GREEDY": greedy, "LOGITS": logits, "BLOCK_V": config["BLOCK_V"]}
+    return TritonLaunch(_verify_kernel, (batch, 1, 1), args, constexprs, config["num_warps"], _STAGES)
 
 
 def verify_reference(draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
@@ -267,7 +292,8 @@ class DraftVerifySpec(KernelSpec):
     shape_keys: ClassVar[tuple[str, ...]] = ("batch", "gamma", "vocab", "greedy", "varlen", "logits")
     shape_flags: ClassVar[tuple[str, ...]] = ("greedy", "varlen", "logits")
     presets: ClassVar[dict[str, Shape]] = {
-        # Llama-3's vocabulary is 128256 (config.json); batch 64 and γ = 4 is the issue's throughput point.
+        # Llama-3's vocabulary is 128256 (config.json); batch 64 with γ = 4 is a serving batch at a common draft
+        # length, where the verify step's throughput matters.
         f"llama-3-b{b}-g{g}" + ("-greedy" if greedy else "") + ("-logits" if logits else ""): {
             "batch": b, "gamma": g, "vocab": 128256, "greedy": greedy, "varlen": 0, "logits": logits}
         for b, g, greedy, logits in itertools.product((1, 64), (4, 8), (0, 1), (0, 1))}
@@ -325,7 +351,7 @@ class DraftVerifySpec(KernelSpec):
         return {"accepted": accepted, "token": token}
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-                      backend: str = "triton") -> None:
+                      backend: str = DEFAULT_BACKEND) -> None:
         verify(inputs["draft"], inputs["lens"], inputs["q"], inputs["p"], inputs["u"], outputs["accepted"],
                outputs["token"], bool(inputs["greedy"]), config, validate=inputs["draft"].device.type == "cpu",
                logits=bool(inputs["logits"]))
@@ -351,11 +377,11 @@ class DraftVerifySpec(KernelSpec):
             formula = "bytes = B·(2·V·4 [p and q rows at the emitting position] + 16·γ [draft, p, q, u scalars] + 12)"
         return Cost(float(flops), float(nbytes), "fp32", formula)
 
-    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> list[Config]:
         return [{"BLOCK_V": bv, "num_warps": w} for bv in (256, 1024, 4096) for w in (1, 2, 4, 8)
                 if bv >= 32 * w]
 
-    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> Config:
         return {"BLOCK_V": 1024 if shape["vocab"] >= 1024 else 256, "num_warps": 4}
 
     def check_shape(self, shape: Mapping[str, int]) -> Shape:
@@ -364,16 +390,18 @@ class DraftVerifySpec(KernelSpec):
             raise InvalidValueError(f"draft-verify gamma={out['gamma']} is past 32", "draft at most 32 tokens a step")
         return out
 
-    def compile_units(self, shape: Shape, dtype: str, config: Config, backend: str = "triton") -> list[TritonUnit]:
+    def compile_units(self, shape: Shape, dtype: str, config: Config,
+                      backend: str = DEFAULT_BACKEND) -> list[TritonUnit]:
+        # The tensors make_inputs and make_outputs lay out, on the meta device: draft (B, γ), q (B, γ, V),
+        # p (B, γ+1, V), uniforms (B, γ+1), lengths and both outputs (B,).
         batch, gamma, vocab = shape["batch"], shape["gamma"], shape["vocab"]
-        args: dict[str, str | int] = {
-            "draft_ptr": "*i32", "lens_ptr": "*i32", "q_ptr": "*fp32", "p_ptr": "*fp32", "u_ptr": "*fp32",
-            "accepted_ptr": "*i32", "token_ptr": "*i32", "stride_db": gamma, "stride_qb": gamma * vocab,
-            "stride_qi": vocab, "stride_pb": (gamma + 1) * vocab, "stride_pi": vocab, "stride_ub": gamma + 1,
-            "V": vocab}
-        constexprs = {"GAMMA": gamma, "GREEDY": bool(shape["greedy"]), "LOGITS": bool(shape["logits"]),
-                      "BLOCK_V": config["BLOCK_V"]}
-        return [TritonUnit(__name__, "_verify_kernel", args, constexprs, config["num_warps"], 1, (batch, 1, 1))]
+        i32 = torch.empty(batch, dtype=torch.int32, device="meta")
+        launch = _verify_launch(
+            torch.empty(batch, gamma, dtype=torch.int32, device="meta"), i32,
+            torch.empty(batch, gamma, vocab, device="meta"), torch.empty(batch, gamma + 1, vocab, device="meta"),
+            torch.empty(batch, gamma + 1, device="meta"), torch.empty_like(i32), torch.empty_like(i32),
+            bool(shape["greedy"]), config, bool(shape["logits"]))
+        return [launch.unit()]
 
 
 @hookimpl

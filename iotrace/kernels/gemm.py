@@ -29,6 +29,7 @@ from iotrace.kernels.backend import interpreting
 from iotrace.model_shapes import model
 from iotrace.plugins import hookimpl
 from iotrace.plugins.spec import (
+    DEFAULT_BACKEND,
     DTYPE_BYTES,
     DTYPE_PEAK,
     Baselines,
@@ -37,6 +38,7 @@ from iotrace.plugins.spec import (
     KernelSpec,
     Shape,
     Tolerance,
+    TritonLaunch,
     TritonUnit,
 )
 
@@ -48,7 +50,6 @@ __all__ = ["GemmSpec", "gemm"]
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8e4m3": torch.float8_e4m3fn}
 # fp8 products are written in bf16: fp8 output would lose the fp32 accumulation the kernel pays for.
 _OUT_DTYPES = {"fp16": "fp16", "bf16": "bf16", "fp8e4m3": "bf16"}
-_TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp8e4m3": "fp8e4nv"}
 _DTYPE_NAMES = {t: name for name, t in _TORCH_DTYPES.items()}
 
 
@@ -93,7 +94,9 @@ def _gemm_kernel(
         k_left = K - k * BLOCK_K
         a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
-        if UPCAST:  # the interpreter's bf16/fp8 tl.dot multiplies raw bits (env-probe.md); fp32 operands are exact
+        # The interpreter has no bf16/fp8 arithmetic (numpy lacks the types): its tl.dot on them multiplies the
+        # raw bit patterns. fp32 operands are exact, and the constexpr keeps the upcast out of GPU builds.
+        if UPCAST:
             acc += tl.dot(a.to(tl.float32), b.to(tl.float32))
         else:
             acc = tl.dot(a, b, acc)
@@ -150,6 +153,24 @@ def _tma_aligned(M: int, N: int, K: int, dtype: str) -> bool:
     return (K * in_bytes) % 16 == 0 and (N * in_bytes) % 16 == 0 and (N * out_bytes) % 16 == 0
 
 
+def _gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
+                 config: Mapping[str, int], interpreter: bool) -> TritonLaunch:
+    """The one statement of a GEMM launch: :func:`gemm` calls it, :meth:`GemmSpec.compile_units` compiles it."""
+    (M, K), N = a.shape, b.shape[1]
+    meta = {"HAS_BIAS": bias is not None, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"],
+            "BLOCK_K": config["BLOCK_K"], "GROUP_M": config["GROUP_M"],
+            "UPCAST": interpreter and a.dtype != torch.float16}
+    args = {"a_ptr": a, "b_ptr": b, "c_ptr": c, "bias_ptr": bias if bias is not None else c,  # unread without bias
+            "M": M, "N": N, "K": K}
+    if config.get("USE_TMA"):
+        kernel = _gemm_tma_kernel
+    else:
+        kernel = _gemm_kernel
+        args.update({"stride_am": a.stride(0), "stride_ak": a.stride(1), "stride_bk": b.stride(0),
+                     "stride_bn": b.stride(1), "stride_cm": c.stride(0), "stride_cn": c.stride(1)})
+    return TritonLaunch(kernel, _grid(M, N, config), args, meta, config["num_warps"], config["num_stages"])
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None,
          config: Mapping[str, int]) -> None:
     """C = A · B (+ bias) into ``c``; checks the operands, then launches the kernel the config names."""
@@ -158,12 +179,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
         raise InvalidValueError(f"gemm shapes do not agree: A {tuple(a.shape)}, B {tuple(b.shape)}, C {tuple(c.shape)}"
                                 + (f", bias {tuple(bias.shape)}" if bias is not None else ""),
                                 "A is (M, K), B is (K, N), C is (M, N), bias is (N,)")
-    upcast = interpreting() and a.dtype != torch.float16
-    meta = {"HAS_BIAS": bias is not None, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"],
-            "BLOCK_K": config["BLOCK_K"], "GROUP_M": config["GROUP_M"], "UPCAST": upcast,
-            "num_warps": config["num_warps"], "num_stages": config["num_stages"]}
-    bias_arg = bias if bias is not None else c  # never read when HAS_BIAS is False
-    grid = _grid(M, N, config)[:1]
     if config.get("USE_TMA"):
         aligned = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (a, b, c))
         if not aligned or not _tma_aligned(M, N, K, _DTYPE_NAMES[a.dtype]):
@@ -171,10 +186,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor |
                                     f"in {_DTYPE_NAMES[a.dtype]}", "use USE_TMA=0, or N and K multiples of 16 bytes")
         if not interpreting():
             triton.set_allocator(_tma_allocator)
-        _gemm_tma_kernel[grid](a, b, c, bias_arg, M, N, K, **meta)
-    else:
-        _gemm_kernel[grid](a, b, c, bias_arg, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                           c.stride(0), c.stride(1), **meta)
+    _gemm_launch(a, b, c, bias, config, interpreting())()
 
 
 # --- spec -----------------------------------------------------------------------------------------------------
@@ -204,10 +216,8 @@ class GemmSpec(KernelSpec):
     shape_flags: ClassVar[tuple[str, ...]] = ("bias",)
     presets: ClassVar[dict[str, Shape]] = _model_presets()
     default_shape: ClassVar[Shape] = {"M": 97, "N": 83, "K": 71, "bias": 1}
-    # M·N·K: a 256³ GEMM takes about a second interpreted (../shared/reference/env-probe.md, section 1).
+    # M·N·K: a 256³ GEMM takes about a second under the interpreter on one core (numpy does every tl.dot).
     interpreter_budget: ClassVar[int] = 2_000_000
-    space_keys: ClassVar[tuple[str, ...]] = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
-                                             "USE_TMA")
 
     #: GROUP_M values a user may set beyond the swept 8, and the smallest BLOCK_K tl.dot takes.
     extra_config_values: ClassVar[dict[str, tuple]] = {"GROUP_M": (1, 2, 4, 16), "BLOCK_K": (16,)}
@@ -256,7 +266,7 @@ class GemmSpec(KernelSpec):
         return {"c": c}
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-                      backend: str = "triton") -> None:
+                      backend: str = DEFAULT_BACKEND) -> None:
         gemm(inputs["a"], inputs["b"], outputs["c"], inputs.get("bias"), config)
 
     def tolerance(self, dtype: str) -> Tolerance:
@@ -279,7 +289,7 @@ class GemmSpec(KernelSpec):
             raise InvalidValueError(f"{card.name} (CC {card.cc}) has no fp8 tensor cores",
                                     "fp8 needs CC 8.9 or newer (Ada, Hopper, Blackwell); use fp16 or bf16")
 
-    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> list[Config]:
         self._check_card(dtype, card)
         tma = [False, True] if card.sm_limits.cc >= (9, 0) and _tma_aligned(shape["M"], shape["N"], shape["K"],
                                                                               dtype) else [False]
@@ -292,7 +302,7 @@ class GemmSpec(KernelSpec):
                             "num_stages": stages, "USE_TMA": use_tma})
         return configs
 
-    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> Config:
         self._check_card(dtype, card)
         cc = card.sm_limits.cc
         if shape["M"] <= 64:  # decode: a thin A, so wide tiles along N and deep along K
@@ -309,21 +319,16 @@ class GemmSpec(KernelSpec):
         return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2,
                 "USE_TMA": False}
 
-    def compile_units(self, shape: Shape, dtype: str, config: Config, backend: str = "triton") -> list[TritonUnit]:
+    def compile_units(self, shape: Shape, dtype: str, config: Config,
+                      backend: str = DEFAULT_BACKEND) -> list[TritonUnit]:
+        # Contiguous row-major operands on the meta device, as make_inputs and make_outputs lay them out.
         M, N, K = shape["M"], shape["N"], shape["K"]
-        t_in, t_out = _TRITON_TYPES[dtype], _TRITON_TYPES[_OUT_DTYPES[dtype]]
-        constexprs = {"HAS_BIAS": bool(shape["bias"]), "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"],
-                      "BLOCK_K": config["BLOCK_K"], "GROUP_M": config["GROUP_M"], "UPCAST": False}
-        args: dict[str, str | int] = {"a_ptr": f"*{t_in}", "b_ptr": f"*{t_in}", "c_ptr": f"*{t_out}",
-                                      "bias_ptr": f"*{t_out}", "M": M, "N": N, "K": K}
-        if config.get("USE_TMA"):
-            function = "_gemm_tma_kernel"
-        else:  # contiguous row-major operands, as the runner makes them
-            function = "_gemm_kernel"
-            args.update({"stride_am": K, "stride_ak": 1, "stride_bk": N, "stride_bn": 1, "stride_cm": N,
-                         "stride_cn": 1})
-        return [TritonUnit(__name__, function, args, constexprs, config["num_warps"], config["num_stages"],
-                           _grid(M, N, config))]
+        t_in, t_out = _TORCH_DTYPES[dtype], _TORCH_DTYPES[_OUT_DTYPES[dtype]]
+        a = torch.empty(M, K, dtype=t_in, device="meta")
+        b = torch.empty(K, N, dtype=t_in, device="meta")
+        c = torch.empty(M, N, dtype=t_out, device="meta")
+        bias = torch.empty(N, dtype=t_out, device="meta") if shape["bias"] else None
+        return [_gemm_launch(a, b, c, bias, config, interpreter=False).unit()]
 
 
 @hookimpl

@@ -49,15 +49,26 @@ from iotrace.kernels.attention_common import (
 )
 from iotrace.kernels.attention_decode import (
     DecodeShapes,
-    _decode_combine_kernel,
     _group_pad,
+    combine_launch,
     decode_reference,
     default_splits,
 )
 from iotrace.kernels.backend import interpreting
 from iotrace.model_shapes import model
 from iotrace.plugins import hookimpl
-from iotrace.plugins.spec import DTYPE_BYTES, DTYPE_PEAK, Baselines, Config, Cost, KernelSpec, Shape, TritonUnit
+from iotrace.plugins.spec import (
+    DEFAULT_BACKEND,
+    DTYPE_BYTES,
+    DTYPE_PEAK,
+    Baselines,
+    Config,
+    Cost,
+    KernelSpec,
+    Shape,
+    TritonLaunch,
+    TritonUnit,
+)
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -68,7 +79,8 @@ __all__ = ["KEPT_CHANNELS", "KEY_MIXED", "KEY_PER_CHANNEL", "KEY_PER_TOKEN", "PA
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: Tokens per page of the paged cache (vLLM's default block size is 16).
 PAGE = 16
-#: Outlier channels per KV head in the `outliers=1` data, and how much larger they are (the issue's "20x").
+#: Outlier channels per KV head in the `outliers=1` data, and how much larger they are: 20x is the magnitude of the
+#: outlier key channels KIVI reports (its figure 2), where a per-token scale loses the other channels.
 OUTLIER_CHANNELS, OUTLIER_SCALE = 4, 20.0
 #: The key schemes (the shape's ``key_scales``): see the module docstring.
 KEY_PER_TOKEN, KEY_PER_CHANNEL, KEY_MIXED = 0, 1, 2
@@ -262,7 +274,8 @@ def _decode_int8_kernel(
         scale_at = page * stride_sp + slot * stride_ss + kv_head * stride_sh
         v_scale = tl.load(vs_ptr + scale_at, mask=key_ok, other=0.0)
         # Tensor-core dots in the query's 16-bit type: int8 values are exact in fp16 and bf16 (fp32 operands would
-        # run as TF32 on a GPU); the interpreter's bf16 dot is broken (env-probe.md), so it stays in fp32 there.
+        # run as TF32 on a GPU). The interpreter has no bf16 arithmetic (numpy lacks the type) and its bf16 dot
+        # multiplies raw bit patterns, so it stays in fp32 there.
         if UPCAST:  # noqa: SIM108
             qk = tl.dot(q, k)
         else:
@@ -301,38 +314,56 @@ def decode_int8(q: torch.Tensor, k_q: torch.Tensor, v_q: torch.Tensor, k_scales:
     ``validate`` reads the lengths back to check them; a timed or graph-captured launch passes False. The mixed key
     scheme passes ``kept_channels`` and ``kept_cache`` as :func:`append_int8` wrote them.
     """
-    batch, heads, d = q.shape
+    heads, d = q.shape[1], q.shape[2]
     kv_heads = k_q.shape[2]
     check_heads("attention-decode-int8", {"heads": heads, "kv_heads": kv_heads, "head_dim": d})
     capacity = k_q.shape[1] if table is None else table.shape[1] * PAGE
     if validate and (int(context_lens.max()) > capacity or int(context_lens.min()) < 1):
         raise InvalidValueError(f"context lengths {int(context_lens.min())}..{int(context_lens.max())} fall outside "
                                 f"the cache of {capacity} positions", "each length must lie in 1..the cache length")
+    if validate:
+        _check_kept(kept_channels, kept_cache, channel_scales, k_q, q.dtype)
+    for launch in _decode_int8_launches(q, k_q, v_q, k_scales, v_scales, context_lens, out, lse, config, table,
+                                        channel_scales, kept_channels, kept_cache, interpreting()):
+        launch()
+
+
+def _decode_int8_launches(q: torch.Tensor, k_q: torch.Tensor, v_q: torch.Tensor, k_scales: torch.Tensor | None,
+                          v_scales: torch.Tensor, context_lens: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                          config: Mapping[str, int], table: torch.Tensor | None, channel_scales: torch.Tensor | None,
+                          kept_channels: torch.Tensor | None, kept_cache: torch.Tensor | None,
+                          interpreter: bool) -> list[TritonLaunch]:
+    """The one statement of an int8 decode call's two launches (split over the int8 cache, then the combine of
+    attention_decode.py), allocating the partial results on q's device: :func:`decode_int8` calls it,
+    :meth:`Int8DecodeSpec.compile_units` compiles it."""
+    batch, heads, d = q.shape
+    kv_heads = k_q.shape[2]
     splits, group = config["NUM_SPLITS"], heads // kv_heads
     partial_o = torch.empty(batch, heads, splits, d, dtype=torch.float32, device=q.device)
     partial_lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=q.device)
     per_channel = channel_scales is not None
     kept = 0 if kept_channels is None else kept_channels.shape[1]
-    if validate:
-        _check_kept(kept_channels, kept_cache, channel_scales, k_q, q.dtype)
-    ks = v_scales if per_channel else k_scales
-    _decode_int8_kernel[(batch * kv_heads, splits)](
-        q, k_q, v_q, ks, v_scales, channel_scales if per_channel else v_scales,
-        kept_channels if kept else context_lens, kept_cache if kept else q, context_lens,
-        table if table is not None else context_lens, partial_o, partial_lse,
-        q.stride(0), q.stride(1), *_slot_view(k_q), *_slot_view(v_scales),
-        *(_slot_view(kept_cache) if kept else (0, 0, 0)), table.stride(0) if table is not None else 0,
-        partial_o.stride(0), partial_o.stride(1), partial_o.stride(2), partial_lse.stride(0), partial_lse.stride(1),
-        kv_heads, group, LOG2E / math.sqrt(d),
-        HEAD_DIM=d, GROUP_PAD=_group_pad(group), BLOCK_N=config["BLOCK_N"], NUM_SPLITS=splits,
-        PAGED=table is not None, PAGE_SIZE=PAGE, PER_CHANNEL=per_channel, KEPT=kept, KEPT_PAD=_dot_pad(kept),
-        UPCAST=interpreting() and q.dtype != torch.float16,
-        num_warps=config["num_warps"], num_stages=config["num_stages"])
-    _decode_combine_kernel[(batch * heads,)](
-        partial_o, partial_lse, out, lse,
-        partial_o.stride(0), partial_o.stride(1), partial_o.stride(2), partial_lse.stride(0), partial_lse.stride(1),
-        out.stride(0), out.stride(1), lse.stride(0), heads,
-        HEAD_DIM=d, NUM_SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits), num_warps=4)
+    # A pointer the constexprs leave unread gets a tensor of the same type, and its strides 0.
+    cache_strides = dict(zip(("stride_cp", "stride_cs", "stride_ch"), _slot_view(k_q), strict=True))
+    scale_strides = dict(zip(("stride_sp", "stride_ss", "stride_sh"), _slot_view(v_scales), strict=True))
+    kept_strides = dict(zip(("stride_kp", "stride_ks", "stride_kh"),
+                            _slot_view(kept_cache) if kept else (0, 0, 0), strict=True))
+    args = {"q_ptr": q, "k_ptr": k_q, "v_ptr": v_q, "ks_ptr": v_scales if per_channel else k_scales,
+            "vs_ptr": v_scales, "kc_ptr": channel_scales if per_channel else v_scales,
+            "kidx_ptr": kept_channels if kept else context_lens, "kk_ptr": kept_cache if kept else q,
+            "lens_ptr": context_lens, "table_ptr": table if table is not None else context_lens,
+            "po_ptr": partial_o, "plse_ptr": partial_lse, "stride_qb": q.stride(0), "stride_qh": q.stride(1),
+            **cache_strides, **scale_strides, **kept_strides,
+            "stride_tb": table.stride(0) if table is not None else 0,
+            "stride_pb": partial_o.stride(0), "stride_ph": partial_o.stride(1), "stride_ps": partial_o.stride(2),
+            "stride_lb": partial_lse.stride(0), "stride_lh": partial_lse.stride(1),
+            "KV_HEADS": kv_heads, "GROUP": group, "qk_scale": LOG2E / math.sqrt(d)}
+    constexprs = {"HEAD_DIM": d, "GROUP_PAD": _group_pad(group), "BLOCK_N": config["BLOCK_N"], "NUM_SPLITS": splits,
+                  "PAGED": table is not None, "PAGE_SIZE": PAGE, "PER_CHANNEL": per_channel, "KEPT": kept,
+                  "KEPT_PAD": _dot_pad(kept), "UPCAST": interpreter and q.dtype != torch.float16}
+    split = TritonLaunch(_decode_int8_kernel, (batch * kv_heads, splits, 1), args, constexprs, config["num_warps"],
+                         config["num_stages"])
+    return [split, combine_launch(partial_o, partial_lse, out, lse)]
 
 
 # --- spec ---------------------------------------------------------------------------------------------------
@@ -465,7 +496,7 @@ class Int8DecodeSpec(DecodeShapes):
                 "rel_err": float((got - exact).norm() / exact.norm())}
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-                      backend: str = "triton") -> None:
+                      backend: str = DEFAULT_BACKEND) -> None:
         decode_int8(inputs["q"], inputs["k_q"], inputs["v_q"], inputs.get("k_scale"), inputs["v_scale"],
                     inputs["context_lens"], outputs["out"], outputs["lse"], config, inputs.get("table"),
                     inputs.get("k_channel_scale"), validate=False, kept_channels=inputs.get("k_kept_channels"),
@@ -482,36 +513,37 @@ class Int8DecodeSpec(DecodeShapes):
                     "FLOPs = Σ_b 4·L_b·H·d; bytes = Σ_b L_b·(2·H_kv·d [int8 K, V] + H_kv·side) + B·H·(2·d·e + 4), "
                     "side = per token and head: 4 (V scale) + 4 (K scale, key_scales=0) or kept·e (key_scales=2)")
 
-    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> list[Config]:
         return [{"BLOCK_N": bn, "NUM_SPLITS": s, "num_warps": w, "num_stages": st}
                 for bn, s, w, st in itertools.product((16, 32, 64, 128), (1, 2, 4, 8, 16, 32, 64), (2, 4, 8),
                                                       (1, 2, 3))
                 if s * bn <= max(shape["context"], bn)]
 
-    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> Config:
         return {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2,
                 "NUM_SPLITS": default_splits(shape["batch"], shape["kv_heads"], shape["context"], 64, card.sm_count)}
 
-    def compile_units(self, shape: Shape, dtype: str, config: Config, backend: str = "triton") -> list[TritonUnit]:
+    def compile_units(self, shape: Shape, dtype: str, config: Config,
+                      backend: str = DEFAULT_BACKEND) -> list[TritonUnit]:
+        # The tensors make_inputs and make_outputs lay out, on the meta device: the int8 cache and its per-token
+        # scales contiguous (B, T, H_kv, ...) or paged (pages, PAGE, H_kv, ...) with a (B, pages per sequence) table.
         b, t, h, hkv, d = shape["batch"], shape["context"], shape["heads"], shape["kv_heads"], shape["head_dim"]
-        splits, ptr = config["NUM_SPLITS"], f"*{dtype}"
-        rows = PAGE if shape["paged"] else t
-        args: dict[str, str | int] = {
-            "q_ptr": ptr, "k_ptr": "*i8", "v_ptr": "*i8", "ks_ptr": "*fp32", "vs_ptr": "*fp32", "kc_ptr": "*fp32",
-            "kidx_ptr": "*i32", "kk_ptr": ptr, "lens_ptr": "*i32", "table_ptr": "*i32", "po_ptr": "*fp32",
-            "plse_ptr": "*fp32",
-            "stride_qb": h * d, "stride_qh": d, "stride_cp": rows * hkv * d, "stride_cs": hkv * d, "stride_ch": d,
-            "stride_sp": rows * hkv, "stride_ss": hkv, "stride_sh": 1, "stride_kp": rows * hkv * KEPT_CHANNELS,
-            "stride_ks": hkv * KEPT_CHANNELS, "stride_kh": KEPT_CHANNELS, "stride_tb": math.ceil(t / PAGE),
-            "stride_pb": h * splits * d, "stride_ph": splits * d, "stride_ps": d, "stride_lb": h * splits,
-            "stride_lh": splits, "KV_HEADS": hkv, "GROUP": h // hkv, "qk_scale": "fp32"}
-        consts = {"HEAD_DIM": d, "GROUP_PAD": _group_pad(h // hkv), "BLOCK_N": config["BLOCK_N"],
-                  "NUM_SPLITS": splits, "PAGED": bool(shape["paged"]), "PAGE_SIZE": PAGE,
-                  "PER_CHANNEL": shape["key_scales"] != KEY_PER_TOKEN,
-                  "KEPT": KEPT_CHANNELS if shape["key_scales"] == KEY_MIXED else 0,
-                  "KEPT_PAD": _dot_pad(KEPT_CHANNELS if shape["key_scales"] == KEY_MIXED else 0), "UPCAST": False}
-        return [TritonUnit(__name__, "_decode_int8_kernel", args, consts, config["num_warps"], config["num_stages"],
-                           (b * hkv, splits, 1))]
+        dt, scheme = _TORCH_DTYPES[dtype], shape["key_scales"]
+
+        def meta(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.empty(*size, dtype=dtype, device="meta")
+
+        pages = math.ceil(t / PAGE)
+        slots = (b * pages, PAGE) if shape["paged"] else (b, t)
+        q = meta(b, h, d, dtype=dt)
+        launches = _decode_int8_launches(
+            q, meta(*slots, hkv, d, dtype=torch.int8), meta(*slots, hkv, d, dtype=torch.int8),
+            meta(*slots, hkv) if scheme == KEY_PER_TOKEN else None, meta(*slots, hkv), meta(b, dtype=torch.int32),
+            torch.empty_like(q), meta(b, h), config, meta(b, pages, dtype=torch.int32) if shape["paged"] else None,
+            meta(hkv, d) if scheme != KEY_PER_TOKEN else None,
+            meta(hkv, KEPT_CHANNELS, dtype=torch.int32) if scheme == KEY_MIXED else None,
+            meta(*slots, hkv, KEPT_CHANNELS, dtype=dt) if scheme == KEY_MIXED else None, interpreter=False)
+        return [launches[0].unit()]  # the split kernel; the combine step is attention-decode's
 
 
 @hookimpl

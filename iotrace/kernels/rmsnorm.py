@@ -29,6 +29,7 @@ from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.model_shapes import model
 from iotrace.plugins import hookimpl
 from iotrace.plugins.spec import (
+    DEFAULT_BACKEND,
     DTYPE_BYTES,
     Baselines,
     Config,
@@ -37,6 +38,7 @@ from iotrace.plugins.spec import (
     KernelSpec,
     Shape,
     Tolerance,
+    TritonLaunch,
     TritonUnit,
 )
 
@@ -51,7 +53,6 @@ EPS = 1e-5
 MAX_TRITON_HIDDEN = 65536
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-_TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16"}
 
 
 class BackendUnavailableError(IotraceError):
@@ -89,6 +90,10 @@ def _rmsnorm_kernel(
 # --- CUDA C++ kernel through CuPy -----------------------------------------------------------------------------
 
 
+#: nvcc options of the CUDA C++ kernel, for CuPy's build and for the static compile alike.
+_CUDA_OPTIONS = ("--std=c++17",)
+
+
 @cache
 def cuda_source() -> str:
     return resources.files("iotrace.kernels").joinpath("rmsnorm.cu").read_text(encoding="utf-8")
@@ -108,7 +113,7 @@ def _cupy_module():
     if not cupy.is_available():
         raise BackendUnavailableError("CuPy sees no CUDA device (cupy.is_available() is False)",
                                       "run on a machine with an NVIDIA GPU, or use --backend triton")
-    return cupy.RawModule(code=cuda_source(), options=("--std=c++17",))
+    return cupy.RawModule(code=cuda_source(), options=_CUDA_OPTIONS)
 
 
 def _rmsnorm_cuda(x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, y: torch.Tensor, s: torch.Tensor | None,
@@ -135,7 +140,7 @@ def _rmsnorm_cuda(x: torch.Tensor, r: torch.Tensor | None, w: torch.Tensor, y: t
 
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, residual: torch.Tensor | None = None,
             summed: torch.Tensor | None = None, config: Mapping[str, Any] | None = None,
-            backend: str = "triton") -> None:
+            backend: str = DEFAULT_BACKEND) -> None:
     """y = RMSNorm(x [+ residual]) · w into ``y`` (and the sum into ``summed``); rows are the leading dimension."""
     config = config or {}
     if x.dim() != 2 or tuple(y.shape) != tuple(x.shape) or tuple(w.shape) != (x.shape[1],):
@@ -147,18 +152,28 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, residual: torch.T
                                 "pass both or neither")
     if any(t.stride(-1) != 1 for t in (x, w, y, *(t for t in (residual, summed) if t is not None))):
         raise InvalidValueError("rmsnorm needs rows with unit stride", "pass .contiguous() tensors")
-    rows, n = x.shape
+    n = x.shape[1]
     if backend == "cuda":
         _rmsnorm_cuda(x, residual, w, y, summed, config.get("BLOCK_THREADS", 256))
         return
-    block = triton.next_power_of_2(n)
-    if block > MAX_TRITON_HIDDEN:
+    if triton.next_power_of_2(n) > MAX_TRITON_HIDDEN:
         raise InvalidValueError(f"rmsnorm hidden={n} exceeds the Triton kernel's {MAX_TRITON_HIDDEN}",
                                 "use --backend cuda for wider rows")
+    _rmsnorm_launch(x, w, y, residual, summed, config)()
+
+
+def _rmsnorm_launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, residual: torch.Tensor | None,
+                    summed: torch.Tensor | None, config: Mapping[str, Any]) -> TritonLaunch:
+    """The one statement of a Triton RMSNorm launch: :func:`rmsnorm` calls it, :meth:`RMSNormSpec.compile_units`
+    compiles it. One program per row, the whole row in one block."""
+    rows, n = x.shape
+    block = triton.next_power_of_2(n)
     r_arg, s_arg = (residual, summed) if residual is not None else (x, y)  # never touched without the residual
-    _rmsnorm_kernel[(rows,)](x, r_arg, w, y, s_arg, x.stride(0), r_arg.stride(0), y.stride(0), s_arg.stride(0),
-                             n, EPS, HAS_RESIDUAL=residual is not None, BLOCK_N=block,
-                             num_warps=config.get("num_warps", _default_warps(block)))
+    args = {"x_ptr": x, "r_ptr": r_arg, "w_ptr": w, "y_ptr": y, "s_ptr": s_arg, "stride_x": x.stride(0),
+            "stride_r": r_arg.stride(0), "stride_y": y.stride(0), "stride_s": s_arg.stride(0), "N": n, "eps": EPS}
+    # One stage: the kernel has no loop for Triton to software-pipeline, so the stage count changes nothing.
+    return TritonLaunch(_rmsnorm_kernel, (rows, 1, 1), args, {"HAS_RESIDUAL": residual is not None, "BLOCK_N": block},
+                        config.get("num_warps", _default_warps(block)), num_stages=1)
 
 
 def _default_warps(block: int) -> int:
@@ -246,7 +261,7 @@ class RMSNormSpec(KernelSpec):
         return out
 
     def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
-                      backend: str = "triton") -> None:
+                      backend: str = DEFAULT_BACKEND) -> None:
         rmsnorm(inputs["x"], inputs["w"], outputs["y"], inputs.get("r"), outputs.get("s"), config, backend)
 
     def tolerance(self, dtype: str) -> Tolerance:
@@ -262,14 +277,14 @@ class RMSNormSpec(KernelSpec):
         return Cost(flops, nbytes, "fp32",
                     "FLOPs = (4 + residual)·rows·hidden; bytes = (2 + 2·residual)·rows·hidden·e + hidden·e")
 
-    def space(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> list[Config]:
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> list[Config]:
         if backend == "cuda":
             return [{"BLOCK_THREADS": t} for t in (64, 128, 256, 512, 1024)]
         block = self._block(shape)
         # At least one element per lane: more warps than BLOCK_N / 32 would idle.
         return [{"num_warps": w} for w in (1, 2, 4, 8, 16, 32) if w * 32 <= max(block, 32)]
 
-    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = "triton") -> Config:
+    def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> Config:
         if backend == "cuda":
             return {"BLOCK_THREADS": 256 if shape["hidden"] >= 2048 else 128}
         block = self._block(shape)
@@ -283,18 +298,18 @@ class RMSNormSpec(KernelSpec):
         return block
 
     def compile_units(self, shape: Shape, dtype: str, config: Config,
-                      backend: str = "triton") -> list[TritonUnit | CudaUnit]:
+                      backend: str = DEFAULT_BACKEND) -> list[TritonUnit | CudaUnit]:
         rows, hidden, residual = shape["rows"], shape["hidden"], bool(shape["residual"])
         if backend == "cuda":
             name = _cuda_kernel_name(_TORCH_DTYPES[dtype], residual)
             return [CudaUnit(cuda_source(), name, (config["BLOCK_THREADS"], 1, 1), (rows, 1, 1),
-                             options=("--std=c++17",))]
-        ptr = f"*{_TRITON_TYPES[dtype]}"
-        args: dict[str, str | int] = {"x_ptr": ptr, "r_ptr": ptr, "w_ptr": ptr, "y_ptr": ptr, "s_ptr": ptr,
-                                      "stride_x": hidden, "stride_r": hidden, "stride_y": hidden, "stride_s": hidden,
-                                      "N": hidden, "eps": "fp32"}
-        constexprs = {"HAS_RESIDUAL": residual, "BLOCK_N": self._block(shape)}
-        return [TritonUnit(__name__, "_rmsnorm_kernel", args, constexprs, config["num_warps"], 1, (rows, 1, 1))]
+                             options=_CUDA_OPTIONS)]
+        self._block(shape)  # refuses rows wider than the Triton kernel takes
+        # Contiguous (rows, hidden) tensors on the meta device, as make_inputs and make_outputs lay them out.
+        x = torch.empty(rows, hidden, dtype=_TORCH_DTYPES[dtype], device="meta")
+        w = torch.empty(hidden, dtype=x.dtype, device="meta")
+        extra = (torch.empty_like(x), torch.empty_like(x)) if residual else (None, None)
+        return [_rmsnorm_launch(x, w, torch.empty_like(x), *extra, config).unit()]
 
 
 @hookimpl

@@ -6,7 +6,7 @@ Public surface: ``hookimpl`` (mark a plugin's hook functions), ``KernelSpec`` an
 
 from iotrace.plugin_manager import hookimpl
 from iotrace.plugins.manager import kernel, kernels, plugin_manager
-from iotrace.plugins.spec import Cost, CudaUnit, KernelSpec, Tolerance, TritonUnit
+from iotrace.plugins.spec import Cost, CudaUnit, KernelSpec, Tolerance, TritonLaunch, TritonUnit
 
-__all__ = ["Cost", "CudaUnit", "KernelSpec", "Tolerance", "TritonUnit", "hookimpl", "kernel", "kernels",
+__all__ = ["Cost", "CudaUnit", "KernelSpec", "Tolerance", "TritonLaunch", "TritonUnit", "hookimpl", "kernel", "kernels",
            "plugin_manager"]

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from iotrace.plugins import Cost, KernelSpec, Tolerance, TritonUnit, hookimpl
+from iotrace.plugins import Cost, KernelSpec, Tolerance, TritonLaunch, hookimpl
 
 
 @triton.jit
@@ -24,6 +24,14 @@ def _scale_kernel(x_ptr, y_ptr, n, alpha, BLOCK: tl.constexpr):
 
 
 ALPHA = 1.5
+
+
+def _scale_launch(x: torch.Tensor, y: torch.Tensor, config: Mapping[str, int]) -> TritonLaunch:
+    """The launch, stated once: launch_kernel calls it on real tensors, compile_units derives the compile from it."""
+    n = x.numel()
+    return TritonLaunch(_scale_kernel, (triton.cdiv(n, config["BLOCK"]), 1, 1),
+                        {"x_ptr": x, "y_ptr": y, "n": n, "alpha": ALPHA}, {"BLOCK": config["BLOCK"]},
+                        num_warps=config["num_warps"], num_stages=1)  # no loop: nothing for stages to pipeline
 
 
 class ScaleSpec(KernelSpec):
@@ -45,9 +53,7 @@ class ScaleSpec(KernelSpec):
         return {"y": inputs["x"].double() * ALPHA}
 
     def launch_kernel(self, inputs, outputs, config, backend="triton"):
-        n = inputs["x"].numel()
-        _scale_kernel[(triton.cdiv(n, config["BLOCK"]),)](inputs["x"], outputs["y"], n, ALPHA, BLOCK=config["BLOCK"],
-                                                          num_warps=config["num_warps"])
+        _scale_launch(inputs["x"], outputs["y"], config)()
 
     def tolerance(self, dtype):
         return Tolerance(1e-6, 1e-6)
@@ -62,9 +68,8 @@ class ScaleSpec(KernelSpec):
         return {"BLOCK": 1024, "num_warps": 4}
 
     def compile_units(self, shape: Mapping[str, int], dtype, config, backend="triton"):
-        args = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": shape["n"], "alpha": "fp32"}
-        return [TritonUnit(__name__, "_scale_kernel", args, {"BLOCK": config["BLOCK"]}, config["num_warps"], 1,
-                           (triton.cdiv(shape["n"], config["BLOCK"]), 1, 1))]
+        x = torch.empty(shape["n"], dtype=torch.float32, device="meta")  # shapes and strides only, no memory
+        return [_scale_launch(x, torch.empty_like(x), config).unit()]
 
 
 @hookimpl

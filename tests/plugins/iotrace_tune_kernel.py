@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from iotrace.plugins import Cost, KernelSpec, Tolerance, TritonUnit, hookimpl
+from iotrace.plugins import Cost, KernelSpec, Tolerance, TritonLaunch, hookimpl
 
 
 @triton.jit
@@ -30,6 +30,14 @@ def _double_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, OFF_BY_ONE: tl.constexp
 
 
 WRONG = {"BLOCK": 256, "num_warps": 4, "OFF_BY_ONE": True}
+
+
+def _double_launch(x: torch.Tensor, y: torch.Tensor, config: Mapping[str, int]) -> TritonLaunch:
+    """The launch, stated once: launch_kernel calls it on real tensors, compile_units derives the compile from it."""
+    n = x.numel()
+    return TritonLaunch(_double_kernel, (triton.cdiv(n, config["BLOCK"]), 1, 1), {"x_ptr": x, "y_ptr": y, "n": n},
+                        {"BLOCK": config["BLOCK"], "OFF_BY_ONE": config["OFF_BY_ONE"]},
+                        num_warps=config["num_warps"], num_stages=1)  # no loop: nothing for stages to pipeline
 
 
 class DoubleSpec(KernelSpec):
@@ -53,10 +61,7 @@ class DoubleSpec(KernelSpec):
         return {"y": inputs["x"].double() * 2.0}
 
     def launch_kernel(self, inputs, outputs, config, backend="triton"):
-        n = inputs["x"].numel()
-        _double_kernel[(triton.cdiv(n, config["BLOCK"]),)](inputs["x"], outputs["y"], n, BLOCK=config["BLOCK"],
-                                                           OFF_BY_ONE=config["OFF_BY_ONE"],
-                                                           num_warps=config["num_warps"])
+        _double_launch(inputs["x"], outputs["y"], config)()
 
     def tolerance(self, dtype):
         return Tolerance(1e-6, 1e-6)
@@ -72,10 +77,8 @@ class DoubleSpec(KernelSpec):
         return {"BLOCK": 1024, "num_warps": 4, "OFF_BY_ONE": False}
 
     def compile_units(self, shape: Mapping[str, int], dtype, config, backend="triton"):
-        args = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": shape["n"]}
-        return [TritonUnit(__name__, "_double_kernel", args,
-                           {"BLOCK": config["BLOCK"], "OFF_BY_ONE": config["OFF_BY_ONE"]}, config["num_warps"], 1,
-                           (triton.cdiv(shape["n"], config["BLOCK"]), 1, 1))]
+        x = torch.empty(shape["n"], dtype=torch.float32, device="meta")  # shapes and strides only, no memory
+        return [_double_launch(x, torch.empty_like(x), config).unit()]
 
 
 @hookimpl

@@ -1,0 +1,75 @@
+"""Compile one Triton unit for a CUDA target on the CPU and read its resources.
+
+``triton.compile(ASTSource, GPUTarget("cuda", cc, 32))`` needs no GPU; ptxas's ``-v`` log (printed because the
+worker sets ``TRITON_DUMP_PTXAS_LOG=1``) gives registers, spills and barriers, and the compiled metadata gives
+the dynamic shared memory. Runs only inside a compile worker (:mod:`iotrace.compiler.worker`): Triton decides
+interpreter-or-compiler when a kernel module is imported, so the interpreter must be off from the start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+from typing import Any
+
+from iotrace.compiler.errors import CompileError
+from iotrace.compiler.resources import Resources, parse_ptxas_log
+from iotrace.plugins.spec import TritonUnit
+
+__all__ = ["WORKER_ENV", "compile_triton"]
+
+#: The environment of a compile worker: real @triton.jit functions, and a recompile every time so ptxas
+#: prints its log (Triton's own cache would skip ptxas).
+WORKER_ENV = {"TRITON_INTERPRET": "0", "TRITON_ALWAYS_COMPILE": "1", "TRITON_DUMP_PTXAS_LOG": "1",
+              "TRITON_DEFAULT_FP_FUSION": "1"}
+
+
+def compile_triton(unit: TritonUnit, cc_number: int) -> Resources:
+    """Compile one Triton unit for ``sm_<cc_number>`` (in a worker process started with :data:`WORKER_ENV`)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(unit.module), unit.function)
+    signature: dict[str, str] = {}
+    constexprs: dict[Any, Any] = {}
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    names = list(fn.arg_names)
+    for name in names:
+        if name in unit.constexprs:
+            signature[name], constexprs[(names.index(name),)] = "constexpr", unit.constexprs[name]
+            continue
+        value = unit.args[name]
+        index = (names.index(name),)
+        if isinstance(value, str) and value.startswith("*"):  # a pointer: torch allocations are 256-byte aligned
+            signature[name], attrs[index] = value, [["tt.divisibility", 16]]
+        elif isinstance(value, str):  # a float scalar, given by its type
+            signature[name] = value
+        elif value == 1:  # Triton specialises an integer argument equal to 1 into a constant
+            signature[name], constexprs[index] = "constexpr", 1
+        else:
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            if value % 16 == 0:
+                attrs[index] = [["tt.divisibility", 16]]
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log):
+            compiled = triton.compile(source, target=GPUTarget("cuda", cc_number, 32),
+                                      options={"num_warps": unit.num_warps, "num_stages": unit.num_stages})
+    except Exception as exc:  # the compiler's own failure: its last line is the cause, on one line
+        raise CompileError(f"{unit.function} does not compile for sm_{cc_number}: {_last_line(exc)}",
+                           "try a smaller tile or fewer stages") from None
+    parsed = parse_ptxas_log(log.getvalue())
+    return Resources(target=f"sm_{cc_number}", kernel=unit.function, registers=parsed["registers"],
+                     static_smem=parsed["static_smem"], dynamic_smem=int(compiled.metadata.shared),
+                     spill_stores=parsed["spill_stores"], spill_loads=parsed["spill_loads"],
+                     stack_bytes=parsed["stack_bytes"], barriers=parsed["barriers"],
+                     threads_per_block=unit.threads_per_block, grid=unit.grid, compiler=f"triton {triton.__version__}")
+
+
+def _last_line(exc: BaseException) -> str:
+    text = getattr(exc, "error_message", None) or str(exc)
+    lines = [" ".join(line.split()) for line in str(text).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]

@@ -1,0 +1,31 @@
+"""The compile worker process, ``python -m iotrace.compiler``: a job as JSON on stdin, one JSON line of answers.
+
+The job is ``{"cc": 86, "units": [TritonUnit fields, ...]}``; each answer is a :class:`Resources` as a dict, or
+``{"error": ..., "fix": ...}`` for a unit that does not compile. :mod:`iotrace.compiler.pool` starts workers with
+:data:`iotrace.compiler.triton_target.WORKER_ENV`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+
+from iotrace.compiler.errors import CompileError
+from iotrace.compiler.triton_target import compile_triton
+from iotrace.plugins.spec import TritonUnit
+
+__all__ = ["worker_main"]
+
+
+def worker_main() -> None:
+    """Read a compile job (JSON on stdin), compile each unit, print one JSON line of answers."""
+    job = json.loads(sys.stdin.read())
+    answers = []
+    for fields in job["units"]:
+        fields["grid"] = tuple(fields["grid"])
+        try:
+            answers.append(asdict(compile_triton(TritonUnit(**fields), job["cc"])))
+        except CompileError as exc:
+            answers.append({"error": exc.problem, "fix": exc.fix})
+    print(json.dumps(answers))
