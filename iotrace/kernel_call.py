@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from iotrace.cards import Card
     from iotrace.plugins.spec import KernelSpec, Shape
 
-__all__ = ["KernelCall"]
+__all__ = ["CallFields", "KernelCall"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +74,26 @@ class KernelCall:
         """JSON form, as manifests and results record it."""
         return {"kernel": self.spec.name, "backend": self.backend, "shape": dict(self.shape), "dtype": self.dtype,
                 "card": self.card.key}
+
+
+class CallFields:
+    """``kernel``, ``backend``, ``shape`` and ``dtype`` of a record that holds a ``call`` (a run's result, a tune's
+    result, a profiled run's plan and manifest), read from the call rather than restated."""
+
+    call: KernelCall
+
+    @property
+    def kernel(self) -> str:
+        return self.call.spec.name
+
+    @property
+    def backend(self) -> str:
+        return self.call.backend
+
+    @property
+    def shape(self) -> Shape:
+        return self.call.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.call.dtype

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from iotrace.cards import Card
 from iotrace.compiler import Resources, compile_resources
 from iotrace.errors import IotraceError
-from iotrace.kernel_call import KernelCall
+from iotrace.kernel_call import CallFields, KernelCall
 from iotrace.kernels.backend import device, interpreting
 from iotrace.occupancy import OccupancyResult, occupancy
 from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
@@ -86,7 +86,7 @@ class Roofline:
 
 
 @dataclass
-class RunResult:
+class RunResult(CallFields):
     call: KernelCall
     config: Config
     mode: str
@@ -99,21 +99,9 @@ class RunResult:
     timing: Timing | None = None
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def kernel(self) -> str:
-        return self.call.spec.name
 
-    @property
-    def backend(self) -> str:
-        return self.call.backend
 
-    @property
-    def dtype(self) -> str:
-        return self.call.dtype
 
-    @property
-    def shape(self) -> Shape:
-        return self.call.shape
 
     @property
     def card(self) -> str:

@@ -14,6 +14,7 @@ from iotrace.autotune.backends import Measurement
 from iotrace.autotune.fingerprint import Fingerprint, triton_version
 from iotrace.autotune.static import StaticEntry, StaticPhase
 from iotrace.autotune.sweep import Sweep, SweepRow
+from iotrace.kernel_call import CallFields
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -55,7 +56,7 @@ class ConfigResult:
 
 
 @dataclass
-class TuneResult:
+class TuneResult(CallFields):
     call: KernelCall
     fingerprint: Fingerprint
     mode: str
@@ -73,21 +74,9 @@ class TuneResult:
     bucket: Shape = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def kernel(self) -> str:
-        return self.call.kernel
 
-    @property
-    def backend(self) -> str:
-        return self.call.backend
 
-    @property
-    def dtype(self) -> str:
-        return self.call.dtype
 
-    @property
-    def shape(self) -> Shape:
-        return self.call.shape
 
     @property
     def card(self) -> Card:

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iotrace.errors import InvalidValueError
-from iotrace.kernel_call import KernelCall
+from iotrace.kernel_call import CallFields, KernelCall
 
 __all__ = ["RunPlan", "child_argv", "mapping_text"]
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class RunPlan(CallFields):
     """One kernel run, fully resolved: the call, its config and seed; what the child runs and the manifest records."""
 
     call: KernelCall
@@ -30,21 +30,9 @@ class RunPlan:
     card: str | None = None  # --card given to the child; None lets it use $IOTRACE_CARD or the local GPU
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def kernel(self) -> str:
-        return self.call.kernel
 
-    @property
-    def backend(self) -> str:
-        return self.call.backend
 
-    @property
-    def shape(self) -> dict[str, int]:
-        return dict(self.call.shape)
 
-    @property
-    def dtype(self) -> str:
-        return self.call.dtype
 
 
 def mapping_text(values: Mapping[str, Any]) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from iotrace.checkout import git_info  # the manifest records which source ran
-from iotrace.kernel_call import KernelCall
+from iotrace.kernel_call import CallFields, KernelCall
 
 __all__ = ["SCHEMA", "Manifest", "device_info", "git_info", "utc_now", "versions"]
 
@@ -45,7 +45,7 @@ def utc_now() -> datetime:
 
 
 @dataclass
-class Manifest:
+class Manifest(CallFields):
     """Everything that made one capture; :meth:`write` puts it beside the capture as JSON."""
 
     call: KernelCall
@@ -88,9 +88,6 @@ class Manifest:
         card = self.call.card
         return {"key": card.key, "name": card.name, "cc": card.cc, "origin": card.origin, "given": self.card_given}
 
-    @property
-    def kernel(self) -> str:
-        return self.call.kernel
 
     def write(self) -> Path:
         path = Path(self.paths["manifest"] or "manifest.json")
