@@ -89,6 +89,11 @@ class Card:
         """The source id behind one value (a field name, or a precision key of ``peak_tflops``)."""
         return self.sources.get(field_name) or self.sources.get("default", "unsourced")
 
+    def citation(self, field_name: str) -> str:
+        """The full citation behind one value."""
+        source = self.source(field_name)
+        return self.citations.get(source, source)
+
     @property
     def sm_limits(self) -> SMLimits:
         if self.cc is None:
