@@ -32,7 +32,8 @@ def _slug(name: str) -> str:
 def _against_baselines(kernel_bench, case, target: str, **extra):
     """Time each of the kernel's baselines, then benchmark the kernel once; extra_info gets each baseline's ms, our
     speedup over it (above 1: iotrace is faster) and, for a copy baseline, the share of its bandwidth we reach.
-    Returns the BenchResult, or None when the run was too noisy to judge (then no ratio is stated)."""
+    Returns the BenchResult (a noisy one too: its ratios are recorded beside ``"noisy": true``), or None under
+    ``--benchmark-disable``."""
     baselines = case.spec.baselines(case.inputs, case.shape, case.dtype)
     for call in baselines.values():
         call()  # compile or autotune once (torch.compile, cuBLAS heuristics) before timing

@@ -166,7 +166,10 @@ def kv_cache(layers: int, kv_heads: int, head_dim: int, tokens: float, bytes_per
         also += [Quantity("fits", fits, "tokens", f"context per sequence that fits in {card.name}'s memory"),
                  Quantity("share", total / card.memory_bytes, "", f"share of {card.name}'s {num(card.memory_gb)} GiB")]
         notes.append("'fits' ignores activations, allocator slack and the runtime's own memory.")
-    return Derivation("KV cache (identity 3)", "bytes = 2 · L · n_kv · d_h · S · q_kv", inputs, steps,
+    if scale_bytes:  # the header states what the steps compute: the scales ride on every token, layer and KV head
+        inputs.append(Quantity("s", scale_bytes, "B", "scale bytes per token, layer and KV head", "given"))
+    formula = "bytes = L · n_kv · (2 · d_h · q_kv + s) · S" if scale_bytes else "bytes = 2 · L · n_kv · d_h · S · q_kv"
+    return Derivation("KV cache (identity 3)", formula, inputs, steps,
                       Quantity("bytes", total, "B", "KV-cache size"), also, notes)
 
 

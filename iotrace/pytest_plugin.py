@@ -10,7 +10,12 @@ and coefficient of variation. Two gates come on top of ``--benchmark-compare-fai
 - ``--iotrace-roofline-floor 0.8`` fails a benchmark that reaches less than that fraction of its attainable roofline
   on its card (identity 4, ``iotrace.runner``): a bar that holds across machines better than seconds do;
 - ``--iotrace-max-cv 0.05`` refuses to judge a noisy benchmark (rounds' standard deviation over their mean above the
-  threshold): it is reported as noisy and skipped, and left out of ``--benchmark-compare-fail``, instead of flapping.
+  threshold): it passes with a warning, is listed as NOISY in the summary (its figures are still saved) and is left
+  out of ``--benchmark-compare-fail`` and the roofline gate, instead of flapping. A measured run is never reported as
+  skipped: skipped means nothing was measured.
+
+The summary also prints each benchmark's comparisons with its same-run baselines (``speedup_vs_*``,
+``fraction_of_copy_bandwidth`` in ``extra_info``, as ``bench/test_bench_kernels.py`` records them).
 
 ``kernel_bench.measure(fn, cost=..., card=...)`` times any callable with a declared :class:`~iotrace.plugins.spec.Cost`
 on the host clock, which is how the gates are tested without a GPU. On a machine without one, kernel benchmarks skip
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,7 +50,7 @@ GRAPH_BELOW_S = 50e-6
 L2_FLUSH_BYTES = 256 * 2**20
 
 _NOISY = pytest.StashKey[dict[str, str]]()
-_RESULTS = pytest.StashKey[dict[str, "tuple[BenchResult, str]"]]()
+_RESULTS = pytest.StashKey[dict[str, "tuple[BenchResult, str, dict[str, Any]]"]]()
 
 
 def _fraction(text: str) -> float:
@@ -77,11 +83,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     results = config.stash.get(_RESULTS, {})
     if results:
         terminalreporter.write_sep("-", "iotrace: median, spread and roofline of each benchmark")
-        for nodeid, (result, verdict) in results.items():
+        for nodeid, (result, verdict, extra) in results.items():
             terminalreporter.write_line(
                 f"{verdict:<11} {nodeid}: median {result.median_s * 1e6:.1f} µs, CV {result.cv:.1%} over "
                 f"{result.rounds} rounds, {result.pct_of_roofline:.1f}% of the roofline on {result.card} "
-                f"({result.gbps:.1f} GB/s, {result.tflops:.2f} TFLOP/s)")
+                f"({result.gbps:.1f} GB/s, {result.tflops:.2f} TFLOP/s){_baselines_text(extra)}")
     noisy = config.stash.get(_NOISY, {})
     if noisy:
         limit = config.getoption("iotrace_max_cv")
@@ -89,6 +95,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                                         f"(CV over --iotrace-max-cv {limit:.0%})")
         for nodeid, why in noisy.items():
             terminalreporter.write_line(f"NOISY {nodeid}: {why}")
+
+
+def _baselines_text(extra: dict[str, Any]) -> str:
+    """``; 1.32× vs cublas, 0.91 of copy bandwidth``: the same-run comparisons a suite put in ``extra_info`` (read at
+    the end of the session, so ratios added after ``kernel_bench`` returned are there)."""
+    parts = [f"{value:.3g}× vs {key.removeprefix('speedup_vs_')}" for key, value in extra.items()
+             if key.startswith("speedup_vs_") and isinstance(value, (int, float))]
+    if isinstance(extra.get("fraction_of_copy_bandwidth"), (int, float)):
+        parts.append(f"{extra['fraction_of_copy_bandwidth']:.3g} of copy bandwidth")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 @dataclass(frozen=True)
@@ -304,14 +320,16 @@ class KernelBench:
         floor = self.config.getoption("iotrace_roofline_floor")
         under = floor is not None and result.pct_of_roofline < 100.0 * floor
         verdict = "NOISY" if result.noisy else "UNDER-ROOF" if under else "ok"
-        self.config.stash[_RESULTS][node.nodeid] = (result, verdict)
+        self.config.stash[_RESULTS][node.nodeid] = (result, verdict, self.benchmark.extra_info)
         if result.noisy:
             limit = self.config.getoption("iotrace_max_cv")
             why = (f"CV {result.cv:.1%} over {result.rounds} rounds > --iotrace-max-cv {limit:.0%} "
                    f"(median {result.median_s * 1e6:.1f} µs): not judged")
             self.config.stash[_NOISY][node.nodeid] = why
             _leave_out_of_compare(self.config, node.nodeid)
-            pytest.skip(f"noisy: {why}")
+            # Measured and saved, but not judged: a pass with a warning, never a skip (nothing was skipped).
+            warnings.warn(pytest.PytestWarning(f"{node.nodeid} too noisy to judge: {why}"), stacklevel=2)
+            return
         if under:
             pytest.fail(f"{node.name} reached {result.pct_of_roofline:.1f}% of its attainable roofline on "
                         f"{result.card} ({result.median_s * 1e6:.1f} µs against a {result.roofline_floor_s * 1e6:.1f}"

@@ -179,3 +179,13 @@ def test_detect_reads_the_local_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     props = torch.cuda.get_device_properties(0)
     assert card.sm_count == props.multi_processor_count
     assert card.cc == f"{props.major}.{props.minor}"
+
+
+def test_a_cuda_core_peak_never_cites_a_tensor_source() -> None:
+    """The A10G's FP32 peak once cited `unverified-a10g-tensor`: a CUDA-core rate must rest on a CUDA-core source."""
+    wrong = [f"{card.key}.{key} cites {card.source(key)}" for card in card_book() for key in card.peak_tflops
+             if "tensor" not in key and "tensor" in card.source(key)]
+    assert wrong == []
+    a10g = lookup("a10g")
+    assert a10g.source("fp32") == "derived-ga10x-fp32" and "80 x 128 x 2 x 1.71 GHz = 35.0" in a10g.citation("fp32")
+    assert a10g.peak_tflops["fp32"] == 35.0

@@ -140,3 +140,15 @@ def test_attainable_never_exceeds_either_roof(intensity: float, peak: float, ban
 def test_bad_values_raise_a_clear_error(call) -> None:
     with pytest.raises(InvalidValueError, match="must be"):
         call()
+
+
+def test_kv_formula_states_the_scale_bytes_it_adds() -> None:
+    """`math kv --scale-bytes 8`: the header formula names the scales the arithmetic adds (int8 K and V with an fp32
+    scale each per token, layer and KV head: Llama-3-8B at 8k = 32 · 8 · (2 · 128 · 1 + 8) · 8192 bytes)."""
+    from iotrace.derivations import kv_cache
+
+    quantised = kv_cache(32, 8, 128, 8192, 1, scale_bytes=8)
+    assert quantised.formula == "bytes = L · n_kv · (2 · d_h · q_kv + s) · S"
+    assert quantised.result.value == 32 * 8 * (2 * 128 * 1 + 8) * 8192 == 553_648_128
+    assert any(q.symbol == "s" and q.value == 8 for q in quantised.inputs)
+    assert kv_cache(32, 8, 128, 8192, 2).formula == "bytes = 2 · L · n_kv · d_h · S · q_kv"

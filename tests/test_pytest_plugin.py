@@ -39,6 +39,8 @@ def test_copy(kernel_bench):
     result = kernel_bench.measure(work, cost=Cost(0.0, BYTES, "fp32", "bytes copied once"), card=CARD,
                                   rounds=8, warmup=1, info={"shape": {"bytes": int(BYTES)}, "dtype": "fp32"})
     assert result is None or result.rounds == 8  # None under --benchmark-disable
+    if os.environ.get("BENCH_BASELINE") == "1" and result is not None:  # a suite's same-run baseline ratio
+        kernel_bench.benchmark.extra_info["speedup_vs_memcpy"] = 1.25
 '''
 
 
@@ -101,9 +103,11 @@ def test_a_noisy_run_is_reported_as_noisy_and_not_judged(bench) -> None:
     bench("--benchmark-autosave", "--iotrace-max-cv=10").assert_outcomes(passed=1)
     noisy = bench("--benchmark-compare", "--benchmark-compare-fail=median:10%", "--iotrace-roofline-floor=0.99",
                   "--iotrace-max-cv=0.05", noisy=True)
-    # Slower than the baseline and under the floor, yet neither gate judges it: it is skipped as noisy.
+    # Slower than the baseline and under the floor, yet neither gate judges it: measured, so it passes (never
+    # "skipped": skipped means nothing was measured), with a warning and its NOISY line.
     assert noisy.ret == 0, noisy.stdout.str()
-    noisy.assert_outcomes(skipped=1)
+    noisy.assert_outcomes(passed=1, warnings=1)
+    noisy.stdout.fnmatch_lines(["*PytestWarning: test_bench.py::test_copy too noisy to judge: CV*"])
     noisy.stdout.fnmatch_lines(["*iotrace: 1 benchmark(s) too noisy to judge (CV over --iotrace-max-cv 5%)*",
                                 "NOISY test_bench.py::test_copy: CV *% over 8 rounds > --iotrace-max-cv 5%*"])
     assert "Performance has regressed" not in noisy.stdout.str() + noisy.stderr.str()
@@ -160,3 +164,11 @@ def test_rmsnorm(kernel_bench):
     assert "CUDA" in info["method"] and info["bound"] == "memory" and info["gbps"] > 0
     # The stored statistics are GPU time: the same kernel timed the same way agrees within a factor of two.
     assert 0.5 < stored["stats"]["median"] / (info["same_kernel_ms"] * 1e-3) < 2
+
+
+def test_the_summary_states_the_same_run_baseline_comparisons(bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A suite's ratio against its same-run baseline (extra_info ``speedup_vs_*``) is printed, not only stored."""
+    monkeypatch.setenv("BENCH_BASELINE", "1")
+    result = bench("--iotrace-max-cv=10")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["ok * test_bench.py::test_copy: median *TFLOP/s); 1.25× vs memcpy"])

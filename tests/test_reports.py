@@ -420,3 +420,18 @@ def test_launch_latency_is_measured_once_the_tables_keep_the_launch_call(corpus:
     latency = timeline(tables).launch_latency
     assert latency == {"count": len(tables.kernels), "median": 7_000.0,
                        "p90": pytest.approx(7_000.0), "max": 20_000.0}
+
+
+def test_with_card_ceilings_a_level_the_card_lacks_names_the_card(corpus: Path) -> None:
+    """`--ceilings card` on the T4 report: L2 and L1 have no ceiling because the CardBook states DRAM bandwidth only,
+    not because there is 'no card' (the card is t4 and sets the DRAM ceiling: 320 GB/s, its datasheet)."""
+    (kernel,) = _report(corpus, T4, ceilings="card").kernels
+    levels = {lv.level: lv for lv in kernel.roofline.levels}
+    assert levels["dram"].ceiling_bytes_per_s == 320e9 and levels["dram"].ceiling_source.startswith("card t4")
+    for name in ("l2", "l1"):
+        assert levels[name].ceiling_bytes_per_s is None
+        assert "no card" not in levels[name].ceiling_source and "card t4" in levels[name].ceiling_source
+    auto = {lv.level: lv for lv in _report(corpus, T4).kernels[0].roofline.levels}
+    assert auto["l2"].ceiling_bytes_per_s is None  # the report holds no lts__t_bytes.sum.peak_sustained
+    assert auto["l2"].ceiling_source == ("none: the file has no L2 *.peak_sustained (the CardBook states DRAM "
+                                         "bandwidth only)")

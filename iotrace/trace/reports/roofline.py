@@ -245,9 +245,24 @@ def _card_bandwidth(card: Card | None) -> tuple[float, str] | None:
     return card.memory_bandwidth_gbs * 1e9, f"card {card.key}: memory bandwidth ({card.source('memory_bandwidth_gbs')})"
 
 
-def _pick(first: tuple[float, str] | None, second: tuple[float, str] | None) -> tuple[float | None, str]:
+def _pick(first: tuple[float, str] | None, second: tuple[float, str] | None,
+          missing: str = "none: no card and no *.peak_sustained in the file") -> tuple[float | None, str]:
     chosen = first or second
-    return (None, "none: no card and no *.peak_sustained in the file") if chosen is None else chosen
+    return (None, missing) if chosen is None else chosen
+
+
+def _no_level_ceiling(level: str, card: Card | None, ceilings: str) -> str:
+    """Why a level has no ceiling, in the terms of what was asked: a card in use is never reported as 'no card'."""
+    if level == "dram":
+        if card is None:
+            return "none: no card and no *.peak_sustained in the file"
+        return (f"none: card {card.key} states no memory bandwidth" +
+                ("" if ceilings == "card" else ", and the file has no *.peak_sustained"))
+    if ceilings == "card":
+        who = f"card {card.key}" if card is not None else "no card is in use, and a card"
+        return f"none: {who} states no {level.upper()} bandwidth (the CardBook has DRAM only; --ceilings auto or " \
+               "file takes the file's own)"
+    return f"none: the file has no {level.upper()} *.peak_sustained (the CardBook states DRAM bandwidth only)"
 
 
 def _measured_levels(view: MetricView, kid: int, seconds: float | None, card: Card | None,
@@ -261,7 +276,8 @@ def _measured_levels(view: MetricView, kid: int, seconds: float | None, card: Ca
             continue
         file_bw = _file_bandwidth(view, kid, level) if ceilings != "card" else None
         card_bw = _card_bandwidth(card) if level == "dram" and ceilings != "file" else None
-        levels.append(Level(level, found[1], found[0], *_pick(file_bw, card_bw)))
+        missing = _no_level_ceiling(level, card, ceilings)
+        levels.append(Level(level, found[1], found[0], *_pick(file_bw, card_bw, missing)))
     return levels
 
 
