@@ -45,6 +45,7 @@ def _gemm(bm: int, bn: int, bk: int, warps: int, stages: int) -> dict:
 STRADDLE = [_gemm(64, 64, 32, 4, 2), _gemm(128, 256, 64, 8, 4), _gemm(128, 256, 64, 8, 5)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("card_name", ["a100", "h100"])
 def test_static_pruning_drops_exactly_the_configs_over_the_cards_limits(card_name: str) -> None:
     card = lookup(card_name)
@@ -89,6 +90,7 @@ def test_compile_cache_hit_on_a_second_run(tmp_path: Path, monkeypatch: pytest.M
     assert warm_s * 8 <= cold.seconds, f"warm {warm_s:.3f} s against cold {cold.seconds:.3f} s"
 
 
+@pytest.mark.slow
 def test_a_budget_bounds_measurements_not_the_interpreter_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     """--budget 1 on a CPU: no GPU measurement to bound, so the interpreter still checks its top three (no
     BudgetSpent escaping as a traceback) and the note says the budget was not used."""
@@ -118,6 +120,7 @@ def test_a_wrong_config_is_rejected_by_verification(monkeypatch: pytest.MonkeyPa
     assert all(r.measured_us is None for r in result.results), "interpreter timings are never reported"
 
 
+@pytest.mark.slow
 def test_tune_cli_json_has_exactly_the_issue_keys(tmp_path: Path) -> None:
     out = run_cli("tune", "tune-double", "--card", "h100", "--shape", "n=20011", "--verify", "2", "--json",
                   "--cache", str(tmp_path / "c.sqlite"), "-o", str(tmp_path / "chart.html"), env=PLUGIN_ENV)
@@ -133,6 +136,7 @@ def test_tune_cli_json_has_exactly_the_issue_keys(tmp_path: Path) -> None:
     assert "plotly" in (tmp_path / "chart.html").read_text()[:100_000].lower()
 
 
+@pytest.mark.slow
 def test_static_tune_of_a_gemm_slice_ranks_and_prunes() -> None:
     out = run_cli("tune", "gemm", "--card", "a100", "--preset", "square-4096", "--fix",
                   "BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,num_warps=8", "--static", "--json", "--no-cache")

@@ -58,6 +58,7 @@ def _verified(data: dict) -> list[bool | None]:
     return sorted((row["verified"] for row in data["configs"]), key=str)
 
 
+@pytest.mark.slow
 def test_a_kill_mid_sweep_leaves_a_consistent_cache_and_the_rerun_measures_only_the_rest(tmp_path: Path) -> None:
     cache = tmp_path / "tune.sqlite3"
     proc = _start(cache)
@@ -83,6 +84,7 @@ def test_a_kill_mid_sweep_leaves_a_consistent_cache_and_the_rerun_measures_only_
     assert data["best"]["verified"] is True and data["best"]["config"]["OFF_BY_ONE"] is False
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_sweep_is_one_line_exit_130_and_keeps_the_cache(tmp_path: Path) -> None:
     cache = tmp_path / "tune.sqlite3"
     proc = _start(cache)

@@ -111,12 +111,14 @@ def test_output_closed_early_is_not_an_error() -> None:
     assert pipe.returncode == 0 and "Traceback" not in pipe.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("card", ["gtx1660super", "strix-halo", "mi300x", "gb10"])
 def test_tour_runs_on_any_card(card: str) -> None:
     result = run_cli("tour", "--card", card)
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_tour_runs_without_a_gpu() -> None:
     result = run_cli("tour")
     assert result.returncode == 0, result.stderr

@@ -38,6 +38,7 @@ def test_parse_ptxas_log() -> None:
                                           "spill_stores": 8, "spill_loads": 12}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cc", sorted(CARDS))
 def test_triton_kernels_compile_for_every_target(cc: str) -> None:
     card = lookup(CARDS[cc])

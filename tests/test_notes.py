@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTES = ROOT / "notes"
 
 
+@pytest.mark.slow
 def test_committed_notes_are_not_stale(corpus: Path) -> None:
     """Every published note is regenerated in memory and compared with the file: a stale number fails here."""
     assert set(catalog.PUBLISHED) <= {p.stem for p in NOTES.glob("*.md")}
@@ -107,6 +108,7 @@ RGB = "ncu-rep/rtx4050laptop_rgb_brightness_ncu2023.3.ncu-rep"
 
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="a note's PNG figures need Chromium for kaleido (make test installs it where it can)")
+@pytest.mark.slow
 def test_note_from_a_trace_draws_its_figures(tmp_path: Path, corpus: Path) -> None:
     out = tmp_path / "rgb.md"
     done = run_cli("note", str(corpus / RGB), "--title", "RGB <b>brightness</b>", "-o", str(out))

@@ -26,6 +26,7 @@ def installed_plugin(tmp_path: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
 
 
+@pytest.mark.slow
 def test_entry_point_plugin_is_listed_run_and_costed(installed_plugin: dict[str, str]) -> None:
     listed = run_cli("kernels", "--json", env=installed_plugin)
     assert listed.returncode == 0, listed.stderr

@@ -22,6 +22,9 @@ from iotrace.plugins import kernel
 from tests.conftest import run_cli
 from tests.test_profilers_standins import NCU_REP, NSYS_SQLITE, calls, install
 
+# make test-fast leaves these out: profiled runs through stand-in nsys/ncu in real subprocesses.
+pytestmark = pytest.mark.slow
+
 SHAPE = ["--shape", "M=64,N=64,K=64", "--dtype", "fp16", "--card", "h100", "--seed", "7"]
 
 

@@ -12,6 +12,9 @@ import pytest
 
 from tests.conftest import CORPUS, run_cli
 
+# make test-fast leaves these out: every README command runs in a subprocess (about 2.5 minutes in all).
+pytestmark = pytest.mark.slow
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 TEXT = README.read_text(encoding="utf-8")
 COMMANDS = re.findall(r"^\$ iotrace (.+)$", TEXT, flags=re.MULTILINE)

@@ -25,8 +25,9 @@ from iotrace.trace.reports.report import build_report
 from iotrace.trace.tables import build
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium; "
-                                                         ".ci/run installs it)")
+pytestmark = [pytest.mark.slow,  # a real browser loads each page: make test-fast leaves these out
+              pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium; "
+                                                          "make test installs it where it runs as root)")]
 
 WINDOW = (1200, 1800)
 # Network off: every host name resolves to nothing and every request goes to a closed local port.

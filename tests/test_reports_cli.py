@@ -85,6 +85,7 @@ def test_markdown_html_and_diff_outputs(corpus: Path, tmp_path: Path) -> None:
     assert "L2 bytes" in term.stdout and "only kernel left on each side" in term.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="PNG export needs Chromium (apt-get install chromium)")
 def test_png_and_svg_through_kaleido(corpus: Path, tmp_path: Path) -> None:
     pytest.importorskip("kaleido", reason="PNG export needs kaleido: pip install 'iotrace[image]'")

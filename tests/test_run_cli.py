@@ -9,6 +9,9 @@ import pytest
 
 from tests.conftest import run_cli
 
+# make test-fast leaves these out: each test runs `iotrace run` in a subprocess, under the Triton interpreter.
+pytestmark = pytest.mark.slow
+
 
 def _run_json(*args: str) -> dict:
     result = run_cli("run", *args, "--json")

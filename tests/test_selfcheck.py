@@ -13,6 +13,9 @@ import pytest
 from iotrace.plugins import kernels
 from tests.conftest import run_cli
 
+# make test-fast leaves these out: the CPU self-check runs every kernel interpreted, and stand-in profilers.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["card ceilings (copy bandwidth, bf16 matmul)", "kernels against their references and baselines",
          "occupancy: iotrace against the CUDA driver", "tuner: static tune and replay of the committed sweeps",

@@ -21,6 +21,9 @@ import pytest
 from iotrace.errors import IotraceError
 from iotrace.trace import load
 
+# make test-fast leaves these out: 2,000 mutated corpus files.
+pytestmark = pytest.mark.slow
+
 CASES = 2000
 PER_CASE_S = 5
 SOURCES = [
