@@ -134,6 +134,26 @@ def _preferred_smem_per_sm(limits: SMLimits, carveout_pct: int | None, smem_conf
     return _align_to_carveout(limits, carveout_pct * limits.smem_per_sm // 100)
 
 
+def _smem_reason(limits: SMLimits, requested: int, reserved: int, allocated: int, optin: bool, largest: int) -> str:
+    """Why a block's shared memory cannot launch, in CUDA's terms: the per-block limit as CUDA states it
+    (``cudaDevAttrMaxSharedMemoryPerBlockOptin``, 99 KB = 101,376 bytes on CC 8.6) and, separately, the driver's
+    reserve that comes on top of it from CC 8.0 (counted once, not folded into the limit)."""
+    limit = limits.smem_per_block_optin if optin else limits.smem_per_block
+    kind = "opt-in limit" if optin else "limit"
+    tail = "" if optin else " without opt-in"
+    on_top = limits.cc[0] >= 8
+    if allocated > largest and largest < limit + (reserved if on_top else 0):
+        return (f"{allocated} bytes of shared memory per block (the driver's {reserved}-byte reserve included) "
+                f"exceed the largest carveout of {largest} bytes per SM on CC {limits.cc_str}")
+    if on_top:
+        return (f"{allocated} bytes of shared memory per block exceed the {kind} of {limit} bytes per block on CC "
+                f"{limits.cc_str}{tail} plus the driver's reserve of {reserved} bytes (the kernel asks {requested} "
+                "of them)")
+    held = f" (the driver's reserve of {reserved} bytes included)" if reserved else ""
+    return (f"{allocated} bytes of shared memory per block{held} exceed the {kind} of {limit} bytes per block on "
+            f"CC {limits.cc_str}{tail}")
+
+
 def occupancy(
     cc: str | tuple[int, int] | SMLimits,
     threads_per_block: int,
@@ -216,9 +236,7 @@ def occupancy(
     if smem_block > smem_block_limit or smem_block > largest:
         raw["shared_mem"] = 0
         smem_sm = preferred
-        reason = reason or (f"{smem_block} bytes of shared memory per block exceed the "
-                            f"{'opt-in ' if smem_optin else ''}limit of {min(smem_block_limit, largest)} bytes on "
-                            f"CC {limits.cc_str}" + ("" if smem_optin else " without opt-in"))
+        reason = reason or _smem_reason(limits, static + dynamic, reserved, smem_block, smem_optin, largest)
     else:
         # A carveout too small for one block is raised to the next size that fits (Volta and later).
         smem_sm = preferred if preferred >= smem_block else _align_to_carveout(limits, smem_block)

@@ -11,7 +11,7 @@ File format (JSON)::
 
     {"format": "iotrace-tuned", "version": 1,
      "entries": [{"kernel", "backend", "dtype", "card", "cc", "shape_bucket", "shape", "config",
-                  "basis": "measured" | "predicted", "time_us", "why", "fingerprint", "triton"}]}
+                  "basis": "measured" | "replayed" | "predicted", "time_us", "why", "fingerprint", "triton"}]}
 """
 
 from __future__ import annotations

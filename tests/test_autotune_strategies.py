@@ -84,7 +84,7 @@ def test_replay_from_the_command_line() -> None:
     data = json.loads(out.stdout)
     assert set(data) == {"card", "kernel", "shape", "configs", "best"} and data["shape"] == sweep.shape
     measured = [row for row in data["configs"] if row["measured_us"] is not None]
-    assert len(measured) == 12 and data["best"]["basis"] == "measured" and data["best"]["verified"] is not False
+    assert len(measured) == 12 and data["best"]["basis"] == "replayed" and data["best"]["verified"] is not False
     table = run_cli("tune", sweep.kernel, "--replay", str(SWEEPS[0]), "--budget", "12")
     assert table.returncode == 0 and "replay mode" in table.stdout and "SYNTHESISED" in table.stdout
 

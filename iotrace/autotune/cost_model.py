@@ -35,6 +35,19 @@ Every term is modelled, never measured, and each is reported beside the predicti
   108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020: 2.3x V100's 2048), about 47 bytes per clock
   per SM; the same per-SM figure at each card's boost clock stands in for cards whose whitepaper gives none.
   It is one more roof (hierarchical roofline): small tiles re-read their operands many times.
+* **Software pipelining** (``num_stages``; GEMM-shaped kernels, whose main loop steps over the reduction by
+  ``BLOCK_K``): Triton's compiler software-pipelines the loop over ``num_stages`` buffers, issuing the loads of
+  later iterations while the current one computes (the ``num_stages`` parameter of ``triton.Config`` and the
+  matrix-multiplication tutorial, Triton docs; the same multi-stage scheme as the asynchronous copies of the
+  CUDA C++ Programming Guide, "Asynchronous Data Copies" / ``cuda::pipeline``). By Little's law each stage
+  buffer is held for at least the load latency W plus one iteration's compute t, so the R blocks resident on an
+  SM consume at most ``R · stages / (W + t)`` tiles per second, against the ``1 / t`` the SM can compute: compute
+  runs at ``min(1, R · stages · t / (W + t))`` of its rate, where ``t = 2 · BLOCK_M · BLOCK_N · BLOCK_K / (the
+  SM's share of the compute roof)``. An upper bound (loads are assumed to start as soon as a buffer frees). More
+  stages cost shared memory, which the occupancy already charges (fewer resident blocks, or a config pruned).
+  Beyond the stages that cover W, more change nothing here, so such configs tie. For other kernels the model
+  does not see ``num_stages`` except through shared memory (occupancy, bytes in flight) and says so
+  (``Prediction.pipelining`` is None).
 * **Spills**: ptxas's spill bytes per thread times the threads launched, added to the memory traffic (a lower
   bound: a spill inside a loop repeats).
 
@@ -60,7 +73,7 @@ if TYPE_CHECKING:
     from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
 
 __all__ = ["BYTES_PER_REGISTER", "DRAM_LATENCY_S", "L2_BYTES_PER_CLOCK_PER_SM", "LAUNCH_GAP_US",
-           "SMEM_BYTES_PER_CLOCK", "Prediction", "dot_tile", "operand_traffic", "predict", "tile_dims",
+           "SMEM_BYTES_PER_CLOCK", "Prediction", "dot_tile", "operand_traffic", "pipeline_step", "predict", "tile_dims",
            "tile_efficiency"]
 
 #: A register holds 32 bits (CUDA C++ Programming Guide, "Hardware Multithreading": registers are 32-bit).
@@ -103,6 +116,9 @@ class Prediction:
     warps_per_scheduler: float
     waves: float
     spill_bytes: float
+    #: The fraction of the compute rate the software pipeline sustains (1.0: its stages hide the load latency);
+    #: None where the model does not see the kernel's pipelining.
+    pipelining: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "kind": "modelled"}
@@ -146,6 +162,20 @@ def dot_tile(spec: KernelSpec, config: Config) -> tuple[int, int] | None:
     return None
 
 
+def pipeline_step(spec: KernelSpec, shape: Shape, config: Config) -> tuple[int, float] | None:
+    """``(num_stages, FLOPs of one main-loop iteration of one block)`` for a GEMM-shaped kernel (see
+    :func:`operand_traffic`): ``2 · BLOCK_M · BLOCK_N · BLOCK_K``. None for the rest, or without ``num_stages``."""
+    stages = config.get("num_stages")
+    tile = dot_tile(spec, config)
+    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1 or tile is None:
+        return None
+    if operand_traffic(spec, shape, config, 1) is None:
+        return None
+    names = getattr(spec, "dot_tile", None) or ("BLOCK_M", "BLOCK_N")
+    (k_param,) = [p for p in tile_dims(spec, shape, config) if p not in names]
+    return stages, 2.0 * tile[0] * tile[1] * int(config[k_param])
+
+
 def operand_traffic(spec: KernelSpec, shape: Shape, config: Config, element_bytes: int) -> float | None:
     """Bytes a GEMM-shaped kernel streams from L2 into its tiles: ``tiles_m · tiles_n · (BM + BN) · K_padded · e``.
 
@@ -167,9 +197,9 @@ def operand_traffic(spec: KernelSpec, shape: Shape, config: Config, element_byte
 
 def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: OccupancyResult,
             tile_eff: float, tile: tuple[int, int] | None = None, element_bytes: int = 2,
-            l2_bytes: float | None = None) -> Prediction:
+            l2_bytes: float | None = None, pipeline: tuple[int, float] | None = None) -> Prediction:
     """The modelled time of one call: the slowest of its roofs (compute, DRAM, L2 operand traffic), each scaled
-    by its terms."""
+    by its terms. ``pipeline`` is :func:`pipeline_step`'s ``(num_stages, FLOPs per main-loop iteration)``."""
     main = resources[0]
     peak = card.peak_flop_per_s(cost.peak)
     bandwidth = card.bandwidth_bytes_per_s
@@ -194,7 +224,13 @@ def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: Occupan
         intensity = math.sqrt(tile[0] * tile[1] / warps) / element_bytes
         smem_bandwidth = sms * SMEM_BYTES_PER_CLOCK * card.boost_clock_mhz * 1e6
         throughput = min(peak, intensity * smem_bandwidth)
-    compute_s = cost.flops / tile_eff / (throughput * sm_balance * issue)
+    pipelining = None
+    if pipeline is not None:
+        stages, step_flops = pipeline
+        resident_on_sm = min(occ.active_blocks_per_sm, math.ceil(per_sm))
+        step_s = step_flops / (throughput / sms)  # one iteration of one block with the SM to itself
+        pipelining = min(1.0, resident_on_sm * stages * step_s / (DRAM_LATENCY_S + step_s))
+    compute_s = cost.flops / tile_eff / (throughput * sm_balance * issue * (pipelining or 1.0))
     memory_s = (cost.bytes + spill_bytes) / (bandwidth * latency_hiding)
     l2_s = None
     if l2_bytes is not None and card.boost_clock_mhz:
@@ -208,4 +244,5 @@ def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: Occupan
                       memory_us=memory_s * 1e6, bound=bound,
                       tile_efficiency=tile_eff, sm_balance=sm_balance, latency_hiding=latency_hiding,
                       operand_intensity=intensity, l2_us=None if l2_s is None else l2_s * 1e6,
-                      warps_per_scheduler=warps_on_sm / schedulers, waves=waves, spill_bytes=spill_bytes)
+                      warps_per_scheduler=warps_on_sm / schedulers, waves=waves, spill_bytes=spill_bytes,
+                      pipelining=pipelining)

@@ -31,7 +31,7 @@ def export_best(result: TuneResult, path: Path) -> dict[str, Any]:
     entry = {"kernel": result.kernel, "backend": result.backend, "dtype": result.dtype, "card": result.card.key,
              "cc": result.card.cc, "shape_bucket": result.bucket,
              "shape": result.shape, "config": result.best.config, "basis": result.basis,
-             "time_us": result.best.measured_us if result.basis == "measured" else result.best.entry.predicted_us,
+             "time_us": result.best.entry.predicted_us if result.basis == "predicted" else result.best.measured_us,
              "why": result.why, "fingerprint": result.fingerprint.to_dict(), "triton": triton_version()}
     entries = load_tuned(path) if Path(path).exists() else []
     entries = [e for e in entries if any(e.get(k) != entry[k] for k in IDENTITY)] + [entry]

@@ -1,13 +1,14 @@
 """How a tune is shown: a progress bar while it runs, then a rich table, the chosen config and why, and an HTML
 chart of time against occupancy and against the predicted time. Renderers only draw; the tuner computed it all.
 
-Measured and modelled never share a column: ``predicted µs`` is the cost model, ``measured µs``, ``TFLOP/s`` and
+Measured and modelled never share a column: ``predicted µs`` is the cost model, ``meas µs``, ``TFLOP/s`` and
 ``% roofline`` are GPU measurements (blank without one).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
@@ -103,6 +105,15 @@ def _measured_columns(result: TuneResult, row: ConfigResult) -> list[str]:
             _plain(100 * roof / row.measured_us) if roof else "—"]
 
 
+def _natural(console: Console) -> bool:
+    """Whether the console draws at natural width: iotrace's console says so itself (a pipe, a file, ``--wide``);
+    any other counts when it is not a terminal and ``COLUMNS`` is unset (no width was chosen)."""
+    natural = getattr(console, "natural", None)
+    if isinstance(natural, bool) and natural:
+        return True
+    return not console.is_terminal and "COLUMNS" not in os.environ
+
+
 def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> None:
     """The ranked table, the counts, the chosen config and why."""
     static = result.static
@@ -118,10 +129,14 @@ def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> 
     cells: dict[str, list[str]] = {name: [] for name in ("#", "config", "regs", "smem KB", "spill B",
                                                           "occ % limiter", "pred µs", "meas µs", "TFLOP/s",
                                                           "% roof", "ok")}
+    ties = 0
     for row in shown:
         main, occ = row.entry.main, row.entry.occupancy
         measured = _measured_columns(result, row)
-        for name, text in (("#", str(row.rank or "")), ("config", escape(compact(row.config, skip))),
+        tie = result.tie(row)
+        ties += tie is not None
+        for name, text in (("#", f"{tie[0]}=" if tie else str(row.rank or "")),
+                           ("config", escape(compact(row.config, skip))),
                            ("regs", str(main.registers) if main else "—"),
                            ("smem KB", _num(main.shared_mem_bytes / 1024, 3) if main else "—"),
                            ("spill B", f"[yellow]{row.entry.spills}[/yellow]" if row.entry.spills else "0"),
@@ -135,25 +150,38 @@ def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> 
     columns += ["meas µs", "TFLOP/s", "% roof", "ok"] if timed else (["ok"] if checked else [])
     if not any(r.entry.spills for r in shown):
         columns.remove("spill B")  # the column only when a shown config spills
-    # The table must fit the terminal (80 columns in the README) with each config on one line: when it would
-    # not, the columns a reader needs least go first (--json always holds every field).
+    # On a terminal the table must fit its width (80 columns in the README) with each config on one line: when it
+    # would not, the columns a reader needs least go first (--json always holds every field). In a pipe or a file
+    # with COLUMNS unset there is no width to fit: every column is kept at its natural width, no cell cut.
     def width(names: list[str]) -> int:
         return sum(max([len(n), *(len(Text.from_markup(c).plain) for c in cells[n])]) + 2 for n in names)
+    natural = _natural(console)
     dropped = []
-    for name in ("spill B", "regs", "TFLOP/s", "smem KB"):
+    for name in () if natural else ("spill B", "regs", "TFLOP/s", "smem KB"):
         if width(columns) <= console.width:
             break
         if name in columns:
             columns.remove(name)
             dropped.append(name)
+    captions = [f"(narrow terminal: {', '.join(dropped)} left out)"] if dropped else []
+    if ties:
+        captions.append("n= : tied with another config on predicted time (the model cannot tell them apart)")
     table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  show_edge=False, collapse_padding=True,
-                  caption=f"(narrow terminal: {', '.join(dropped)} left out)" if dropped else None)
+                  show_edge=False, collapse_padding=True, caption="\n".join(captions) or None,
+                  caption_justify="left")
+    header = {"meas µs": "replay µs"} if result.mode == "replay" else {}  # a replayed time is not measured here
     for name in columns:
-        table.add_column(name, justify="left" if name in ("config", "occ % limiter") else "right", no_wrap=True)
+        table.add_column(header.get(name, name), justify="left" if name in ("config", "occ % limiter") else "right",
+                         no_wrap=True)
     for i in range(len(shown)):
         table.add_row(*(cells[name][i] for name in columns))
-    console.print(table)
+    if natural and width(columns) > console.width:
+        # Rendered at the width it needs and written uncropped: a plain console in a pipe would cut it to 80.
+        lines = console.render_lines(table, console.options.update_width(max(width(columns), len(title))))
+        console.print(Segments([seg for line in lines for seg in (*line, Segment.line())]), crop=False,
+                      soft_wrap=True)
+    else:
+        console.print(table)
     pruned = [r for r in result.results if r.entry.pruned]
     launchable = len(result.results) - len(pruned)
     hidden = launchable - len(shown)
@@ -180,7 +208,7 @@ def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> 
     for note in result.notes:
         console.print(f"[dim]{escape(note)}[/dim]")
     if result.best is not None:
-        console.print(f"[bold]best ({result.basis}):[/bold] {escape(compact(result.best.config))}")
+        console.print(f"[bold]best ({result.label}):[/bold] {escape(compact(result.best.config))}")
     console.print(f"why: {escape(result.why)}")
 
 
@@ -196,9 +224,11 @@ def tune_figure(result: TuneResult) -> go.Figure:
     rows = [r for r in result.results if r.entry.prediction is not None and r.entry.occupancy is not None]
     measured = [r for r in rows if r.measured_us is not None]
     timed = bool(measured)
-    y_label = "measured µs" if timed else "predicted µs (modelled)"
+    # A replay's times come from its sweep: never called measured (and called synthesised when the sweep says so).
+    word = ("synthesised" if result.synthesised else "replayed") if result.mode == "replay" else "measured"
+    y_label = f"{word} µs" if timed else "predicted µs (modelled)"
     fig = make_subplots(rows=1, cols=2, subplot_titles=[f"{y_label} vs occupancy",
-                                                        "measured vs predicted µs (measured)" if timed else
+                                                        f"{word} vs predicted µs ({word})" if timed else
                                                         "measured vs predicted: no GPU measurements in this run"])
     points = measured if timed else rows
     groups = (("verified", "seagreen", [r for r in points if r.verified]),
@@ -218,7 +248,7 @@ def tune_figure(result: TuneResult) -> go.Figure:
             fig.add_trace(go.Scatter(x=[r.entry.predicted_us for r in group], y=[r.measured_us for r in group],
                                      mode="markers", text=labels, marker={"color": colour, "size": 8},
                                      legendgroup=name, showlegend=False,
-                                     hovertemplate="%{text}<br>predicted %{x:.4g} µs<br>measured %{y:.4g} µs"
+                                     hovertemplate="%{text}<br>predicted %{x:.4g} µs<br>" + word + " %{y:.4g} µs"
                                                    "<extra></extra>"), row=1, col=2)
     floor = rows[0].entry.prediction.roofline_us if rows and rows[0].entry.prediction else None
     if floor:
@@ -227,17 +257,17 @@ def tune_figure(result: TuneResult) -> go.Figure:
     if timed:
         top = max(max(r.entry.predicted_us or 0 for r in measured), max(r.measured_us or 0 for r in measured))
         fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", line={"dash": "dot", "color": "grey"},
-                                 name="measured = predicted"), row=1, col=2)
+                                 name=f"{word} = predicted"), row=1, col=2)
     if result.best is not None and result.best.entry.occupancy is not None:
         best_y = result.best.measured_us if timed else result.best.entry.predicted_us
         fig.add_trace(go.Scatter(x=[result.best.entry.occupancy.occupancy_pct], y=[best_y], mode="markers",
                                  marker={"symbol": "star", "size": 16, "color": "gold",
                                          "line": {"width": 1, "color": "black"}},
-                                 name=f"best ({result.basis})"), row=1, col=1)
+                                 name=f"best ({result.label})"), row=1, col=1)
     fig.update_xaxes(title_text="occupancy % (static)", row=1, col=1)
     fig.update_yaxes(title_text=y_label, row=1, col=1)
     fig.update_xaxes(title_text="predicted µs (modelled)", row=1, col=2)
-    fig.update_yaxes(title_text="measured µs", row=1, col=2)
+    fig.update_yaxes(title_text=f"{word} µs", row=1, col=2)
     fig.update_layout(title=f"{result.kernel} {result.dtype} on {result.card.name}: {len(rows)} launchable configs "
                             f"({result.mode} mode)", template="plotly_white", height=460, width=1200)
     return fig

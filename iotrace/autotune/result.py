@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from iotrace import __version__
 from iotrace.autotune.backends import Measurement
 from iotrace.autotune.fingerprint import Fingerprint, triton_version
-from iotrace.autotune.static import StaticEntry, StaticPhase
+from iotrace.autotune.static import StaticEntry, StaticPhase, tie_key
 from iotrace.autotune.sweep import Sweep, SweepRow
 from iotrace.kernel_call import CallFields
 
@@ -73,10 +73,8 @@ class TuneResult(CallFields):
     #: The shape bucket the result stands for (every size rounded up to a power of two; see ``space.shape_bucket``).
     bucket: Shape = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-
-
-
+    #: A replay's ``provenance.how``: where its times came from (None outside replay mode).
+    replayed_from: str | None = None
 
     @property
     def card(self) -> Card:
@@ -84,8 +82,44 @@ class TuneResult(CallFields):
 
     @property
     def basis(self) -> str:
-        """``measured`` when the best was chosen on measured times, ``predicted`` when on the cost model."""
-        return "measured" if self.best is not None and self.best.measured_us is not None else "predicted"
+        """What the best was chosen on: ``measured`` (times measured on this GPU), ``replayed`` (times from a
+        recorded sweep, never called measured; :attr:`times` says whether it was synthesised), or ``predicted`` (the
+        cost model)."""
+        if self.best is None or self.best.measured_us is None:
+            return "predicted"
+        return "replayed" if self.mode == "replay" else "measured"
+
+    @property
+    def synthesised(self) -> bool:
+        """Whether the replayed sweep says its times were synthesised, not measured."""
+        return self.replayed_from is not None and "synthesi" in self.replayed_from.lower()
+
+    @property
+    def times(self) -> str | None:
+        """Where the best's time came from, in the words shown to a reader: ``measured`` (on this GPU),
+        ``replayed`` (from a recorded sweep), ``synthesised`` (from a sweep that says it was synthesised); None
+        when the best rests on the model. A replayed time is never called measured."""
+        if self.basis == "predicted":
+            return None
+        if self.basis == "replayed":
+            return "synthesised" if self.synthesised else "replayed"
+        return "measured"
+
+    @property
+    def label(self) -> str:
+        """The best's basis as shown: ``measured``, ``replayed``, ``replayed, synthesised`` or ``predicted``."""
+        times = self.times
+        return "predicted" if times is None else ("replayed, synthesised" if times == "synthesised" else times)
+
+    def tie(self, row: ConfigResult) -> tuple[int, int] | None:
+        """``(first rank, configs in the tie)`` when ``row``'s predicted time equals another ranked config's to three
+        significant figures (the model cannot tell them apart; :func:`~iotrace.autotune.static.rank` only orders
+        them by its tie-break); None when it stands alone or is not ranked."""
+        key = tie_key(row.entry) if row.rank is not None else None
+        if key is None:
+            return None
+        ranks = [r.rank for r in self.results if r.rank is not None and tie_key(r.entry) == key]
+        return (min(ranks), len(ranks)) if len(ranks) > 1 else None  # type: ignore[type-var]
 
     def ranked(self) -> list[ConfigResult]:
         """Measured configs fastest first, then the rest by predicted time, then the pruned ones."""
@@ -101,7 +135,7 @@ class TuneResult(CallFields):
         """``iotrace tune --json``: ``{"card", "kernel", "shape", "configs", "best"}``."""
         best = None
         if self.best is not None:
-            best = {**self.best.to_dict(), "basis": self.basis, "why": self.why}
+            best = {**self.best.to_dict(), "basis": self.basis, "times": self.times, "why": self.why}
         return {"card": self.card.key, "kernel": self.kernel, "shape": self.shape,
                 "configs": [r.to_dict() for r in self.ranked()], "best": best}
 

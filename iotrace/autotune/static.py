@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from iotrace.autotune.cost_model import Prediction, dot_tile, operand_traffic, predict, tile_efficiency
+from iotrace.autotune.cost_model import Prediction, dot_tile, operand_traffic, pipeline_step, predict, tile_efficiency
 from iotrace.compiler import CompileError, Resources, compile_each
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.kernel_call import KernelCall
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from iotrace.cards import Card
     from iotrace.plugins.spec import Config, Cost, KernelSpec, Shape
 
-__all__ = ["StaticEntry", "StaticPhase", "entry_from_resources", "rank", "static_phase"]
+__all__ = ["StaticEntry", "StaticPhase", "entry_from_resources", "rank", "static_phase", "tie_key"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def entry_from_resources(spec: KernelSpec, shape: Shape, dtype: str, config: Con
     assert main_occ is not None  # a spec gives at least one launch (checked in static_phase)
     element = DTYPE_BYTES.get(dtype, 2)
     prediction = predict(cost, card, resources, main_occ, tile_efficiency(spec, shape, config), dot_tile(spec, config),
-                         element, operand_traffic(spec, shape, config, element))
+                         element, operand_traffic(spec, shape, config, element), pipeline_step(spec, shape, config))
     return StaticEntry(config, tuple(resources), main_occ, prediction, None)
 
 
@@ -117,6 +117,12 @@ def static_phase(call: KernelCall, configs: list[Config], jobs: int | None = Non
     return StaticPhase(entries, batch.cached, batch.compiled, batch.workers_started, time.perf_counter() - start)
 
 
+def tie_key(entry: StaticEntry) -> float | None:
+    """The predicted time to three significant figures: entries with the same key are a tie the model cannot
+    split (None: not ranked)."""
+    return None if entry.prediction is None else float(f"{entry.prediction.time_us:.3g}")
+
+
 def rank(entries: list[StaticEntry]) -> list[int]:
     """Indices of the launchable entries, fastest predicted first.
 
@@ -131,7 +137,7 @@ def rank(entries: list[StaticEntry]) -> list[int]:
         entry = entries[i]
         assert entry.prediction is not None and entry.occupancy is not None
         reuse = entry.prediction.operand_intensity or 0.0
-        return (float(f"{entry.prediction.time_us:.3g}"), entry.spills > 0, -reuse, -entry.occupancy.occupancy_pct,
+        return (tie_key(entry) or 0.0, entry.spills > 0, -reuse, -entry.occupancy.occupancy_pct,
                 i)
 
     return sorted(ready, key=key)

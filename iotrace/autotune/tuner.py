@@ -28,7 +28,7 @@ from iotrace.autotune.cache import CacheKey, TuneCache, kernel_source_hash
 from iotrace.autotune.fingerprint import fingerprint, triton_version
 from iotrace.autotune.result import ConfigResult, TuneResult
 from iotrace.autotune.space import kernel_space, shape_bucket, shape_text
-from iotrace.autotune.static import StaticEntry, StaticPhase, entry_from_resources, rank, static_phase
+from iotrace.autotune.static import StaticEntry, StaticPhase, entry_from_resources, rank, static_phase, tie_key
 from iotrace.autotune.strategies import BudgetSpent, SearchSpace, strategy
 from iotrace.autotune.sweep import Sweep, load_sweep, resources_from_dict
 from iotrace.errors import InvalidValueError, IotraceError
@@ -289,7 +289,14 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
             cache.close()
     found = evaluator.found if evaluator is not None else {}
     results = [ConfigResult(e, rank_of.get(i), found.get(i)) for i, e in enumerate(entries)]
-    best, why = _choose(mode, options, results, ranking, evaluator)
+    how = str(sweep.provenance.get("how", "")) if sweep is not None else None
+    best, why = _choose(mode, options, results, ranking, evaluator, "synthesi" in (how or "").lower())
+    if sweep is None and not any(r.entry.prediction.pipelining is not None for r in results
+                                 if r.entry.prediction is not None):
+        stages = {r.config.get("num_stages") for r in results if r.entry.prediction is not None}
+        if len(stages - {None}) > 1:
+            notes.append(f"The cost model does not model software pipelining for {spec.name}: num_stages changes "
+                         "its prediction only through shared memory (occupancy and bytes in flight).")
     if mode == "interpreter":
         notes.append("No GPU: the best is the cost model's choice among configs the Triton interpreter checked; "
                      "interpreted speed says nothing about a GPU, so nothing here is a measured time.")
@@ -300,7 +307,7 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
     result = TuneResult(call, finger, mode, options.strategy, cost, results,
                         best, why, static, len(found), evaluator.measured if evaluator else 0,
                         time.perf_counter() - start, cache.path if cache is not None else None,
-                        shape_bucket(spec, shape), notes)
+                        shape_bucket(spec, shape), notes, how)
     if options.record is not None:
         import shlex
         import sys
@@ -352,9 +359,24 @@ def _evaluate(mode: str, options: TuneOptions, evaluator: _Evaluator, entries: l
         progress.stop()
 
 
+def _place(best: ConfigResult, results: list[ConfigResult]) -> tuple[str, str]:
+    """(``ranked #3``, "") or, when the model predicts the same time (to three significant figures) for others,
+    (``tied #1 with 2 others at 143.2 µs predicted``, ``; the model cannot tell them apart ...``)."""
+    key = tie_key(best.entry)
+    tied = [r for r in results if r.rank is not None and key is not None and tie_key(r.entry) == key]
+    if len(tied) < 2:
+        return f"ranked #{best.rank}", ""
+    others = len(tied) - 1
+    return (f"tied #{min(r.rank or 0 for r in tied)} with {others} other{'s' if others > 1 else ''} at "
+            f"{best.entry.predicted_us:.4g} µs predicted",
+            "; the model cannot tell them apart (its tie-break lists them: no spills first, then more operand reuse "
+            "per warp, then higher occupancy)")
+
+
 def _choose(mode: str, options: TuneOptions, results: list[ConfigResult], ranking: list[int],
-            evaluator: _Evaluator | None) -> tuple[ConfigResult | None, str]:
-    """The best config and why it won, in words that say whether that rests on measurement or the model."""
+            evaluator: _Evaluator | None, synthesised: bool = False) -> tuple[ConfigResult | None, str]:
+    """The best config and why it won, in words that say whether that rests on measurement, a replayed sweep or
+    the model (a replayed time is never called measured)."""
     wrong = sum(1 for r in results if r.verified is False)
     rejected = f"; {wrong} config(s) rejected for wrong output" if wrong else ""
     pruned = sum(1 for r in results if r.entry.pruned)
@@ -363,19 +385,25 @@ def _choose(mode: str, options: TuneOptions, results: list[ConfigResult], rankin
         if not timed:
             return None, f"no config gave a verified time in {len(evaluator.found) if evaluator else 0} evaluations"
         best = min(timed, key=lambda r: r.measured_us or math.inf)
-        return best, (f"fastest verified measured time ({best.measured_us:.4g} µs) of {len(timed)} timed in "
+        kind = "measured" if mode == "gpu" else ("replayed (synthesised, not measured)" if synthesised
+                                                 else "replayed (from the recorded sweep)")
+        place, tie = _place(best, results)
+        return best, (f"fastest verified {kind} time ({best.measured_us:.4g} µs) of {len(timed)} timed in "
                       f"{len(evaluator.found) if evaluator else 0} evaluations ({options.strategy} strategy); "
-                      f"the model ranked it #{best.rank} of {len(ranking)} launchable ({pruned} pruned){rejected}")
+                      f"the model {place.replace('ranked ', 'ranked it ', 1).replace('tied ', 'had it tied ', 1)} "
+                      f"of {len(ranking)} launchable ({pruned} pruned){tie}{rejected}")
     by_rank = sorted((r for r in results if r.rank is not None), key=lambda r: r.rank or 0)
     if mode == "interpreter":
         passed = [r for r in by_rank if r.verified]
         if passed:
             best = passed[0]
-            return best, (f"ranked #{best.rank} of {len(ranking)} launchable by the cost model (predicted "
+            place, tie = _place(best, results)
+            return best, (f"{place} of {len(ranking)} launchable by the cost model (predicted "
                           f"{best.entry.predicted_us:.4g} µs, modelled) and checked correct under the Triton "
-                          f"interpreter; {pruned} pruned statically{rejected}")
+                          f"interpreter{tie}; {pruned} pruned statically{rejected}")
         if by_rank and options.verify_top > 0:
             return None, f"no checked config gave the reference's answer{rejected}"
     best = by_rank[0]
-    return best, (f"ranked #1 of {len(ranking)} launchable by the cost model (predicted {best.entry.predicted_us:.4g} "
-                  f"µs, modelled; not launched); {pruned} pruned statically")
+    place, tie = _place(best, results)
+    return best, (f"{place} of {len(ranking)} launchable by the cost model (predicted {best.entry.predicted_us:.4g} "
+                  f"µs, modelled; not launched){tie}; {pruned} pruned statically")
