@@ -13,6 +13,9 @@ from iotrace.kernel_call import KernelCall
 from iotrace.plugins import kernels
 from iotrace.runner import static_analysis
 
+# make test-fast leaves these out: 24 cold cross-compiles, about 2 minutes on two cores.
+pytestmark = pytest.mark.slow
+
 CARDS = ("a100-sxm4-80gb", "rtx3090", "rtx4090", "h100-sxm")  # sm_80, sm_86, sm_89, sm_90
 BUILT_IN = ("gemm", "rmsnorm", "attention-prefill", "attention-decode", "attention-decode-int8", "draft-verify")
 
