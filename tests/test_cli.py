@@ -196,8 +196,10 @@ def test_card_without_name_or_gpu_is_a_clear_error() -> None:
         pytest.skip("this machine has a GPU, so `iotrace card` describes it")
     result = run_cli("card", env={"IOTRACE_CARD": ""})
     assert result.returncode == 2
+    # `iotrace card` takes its card as NAME, not --card: the advice must be one the command accepts.
     assert result.stderr.strip() == ("iotrace: error: no GPU found (torch.cuda and CuPy see none) and no card was "
-                                     "named — pass --card NAME or set IOTRACE_CARD (see `iotrace cards`)")
+                                     "named — give a card name: iotrace card h100, or set IOTRACE_CARD (see "
+                                     "`iotrace cards`)")
 
 
 @pytest.mark.parametrize("command", [[], ["tour"], ["cards"], ["card"], ["math"], ["math", "decode"],

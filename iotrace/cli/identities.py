@@ -153,10 +153,15 @@ def _cmd_cards(args: argparse.Namespace) -> None:
 
 
 def _cmd_card(args: argparse.Namespace) -> None:
-    from iotrace.cards import detect
+    from iotrace.cards import ENV_CARD, detect
+    from iotrace.errors import NoGpuError
     from iotrace.render.console import print_card
 
-    found = detect(args.name)
+    try:
+        found = detect(args.name)
+    except NoGpuError as exc:  # detect() advises --card NAME, a flag this command does not take: advise its own form
+        raise NoGpuError(exc.problem, f"give a card name: iotrace card h100, or set {ENV_CARD} "
+                                      "(see `iotrace cards`)") from None
     emit(args, found.to_dict(), lambda: print_card(console(), found))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from iotrace.argtypes import binary_count, key_values
-from iotrace.cli.output import add_card, add_json, console, emit
+from iotrace.cli.output import add_card, add_json, add_wide, console, emit
 from iotrace.errors import KernelWrongError
 
 __all__ = ["register"]
@@ -14,6 +14,7 @@ __all__ = ["register"]
 def register(commands: argparse._SubParsersAction) -> None:
     kernels = commands.add_parser("kernels", help="list the installed kernel plugins, their presets and spaces")
     add_card(kernels, " for the space sizes (default h100)")
+    add_wide(kernels)
     add_json(kernels)
     kernels.set_defaults(func=_cmd_kernels)
 
@@ -50,7 +51,7 @@ def _cmd_kernels(args: argparse.Namespace) -> None:
                      "default_shape": shape, "presets": spec.presets,
                      "space_size": {b: len(spec.space(shape, spec.dtypes[0], card, b)) for b in spec.backends},
                      "space_card": card.key})
-    emit(args, rows, lambda: print_kernels(console(), rows))
+    emit(args, rows, lambda: print_kernels(console(args.wide), rows))
 
 
 def _cmd_run(args: argparse.Namespace) -> None:

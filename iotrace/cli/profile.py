@@ -49,8 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="run under Nsight Compute (--set full, NVTX filter on iotrace/KERNEL) and print the "
                             "stall, roofline and occupancy reports")
     tools.add_argument("--cupti", action="store_true",
-                       help="collect kernel activity in this process with torch.profiler (Kineto/CUPTI): no Nsight "
-                            "tool needed, a GPU is")
+                       help="collect kernel activity in this process with torch.profiler (Kineto/CUPTI): needs a GPU "
+                            "but no Nsight tool")
     group = parser.add_argument_group("profiled runs (with --nsys, --ncu or --cupti)")
     group.add_argument("--out", type=Path, metavar="DIR",
                        help="directory for the capture and its run manifest (default traces/)")
@@ -116,7 +116,6 @@ def _options(args: argparse.Namespace, plan: RunPlan, tool_name: str) -> tuple[d
     return options, ncu_options
 
 
-
 def main(args: argparse.Namespace, call: KernelCall, config: dict[str, Any]) -> None:
     """Profile one run of ``call`` with ``config`` and print what the capture holds. See the module docstring."""
     tool_name = _check_options(args)
@@ -158,7 +157,8 @@ def _print_report(export: Path | None, tables: Any, names: list[str], plan: RunP
         reason = f"iotrace: error: {exc}"
     except Exception as exc:  # a fault in the report must not hide a capture that is saved and sound
         reason = f"{type(exc).__name__}: {exc} (a bug in `iotrace report`)"
+    from iotrace.render.console import natural_output
     from iotrace.trace.info import render_info, summarise
 
     print(f"report unavailable ({reason}); the export's summary instead:")
-    print(render_info(summarise(tables)))
+    print(render_info(summarise(tables), wide=natural_output()))

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from iotrace.argtypes import binary_count, key_values
-from iotrace.cli.output import add_json, emit
+from iotrace.cli.output import add_json, add_wide, emit
 from iotrace.errors import InvalidValueError
 
 __all__ = ["FORMATS", "add_diff_arguments", "add_report_arguments", "diff_main", "register", "report_main"]
@@ -24,6 +23,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                                             "top kernels (ncu-rep, ncu/nvprof CSV, nsys sqlite/nsys-rep, Kineto)")
     info.add_argument("trace", type=Path, metavar="TRACE", help="the export; its format is found from its content")
     info.add_argument("--top", type=binary_count, default=10, help="how many kernels to list (default 10)")
+    add_wide(info)
     add_json(info)
     info.set_defaults(func=_cmd_info)
     report = commands.add_parser("report", help="warp stalls, roofline, occupancy and timeline of a profiler export, "
@@ -37,13 +37,14 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> None:
+    from iotrace.render.console import natural_output
     from iotrace.trace.info import render_info, summarise
     from iotrace.trace.loader import load
 
     if args.top < 0:
         raise InvalidValueError(f"--top {args.top} is negative", "give 0 or more")
     info = summarise(load(args.trace), top=args.top)
-    emit(args, info, lambda: print(render_info(info)))
+    emit(args, info, lambda: print(render_info(info, wide=natural_output(args.wide))))
 
 
 def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
@@ -58,6 +59,7 @@ def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
                         help="roofline ceilings: the file's own *.peak_sustained (file), the card (card), or the "
                              "file's where present, else the card's (auto, default)")
     parser.add_argument("--top", type=binary_count, default=50, help="report at most this many kernels (default 50)")
+    add_wide(parser)
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,21 +111,17 @@ def _write(path: Path | None, text: str) -> None:
     print(f"wrote {path}")
 
 
-def _terminal_text(draw: Any, to_file: bool) -> str | None:
-    """Draw with rich: to the terminal, or captured as plain text (100 columns) for -o."""
+def _terminal_text(draw: Any, to_file: bool, wide: bool = False) -> str | None:
+    """Draw with rich: to the terminal (at its width; natural width with ``wide`` or into a pipe), or captured as
+    plain text at natural width for -o (a file, like a pipe, gets every name in full)."""
     from iotrace.render.console import make_console
 
     if not to_file:
-        console = make_console()
-        if not console.is_terminal and "COLUMNS" not in os.environ:
-            console.width = 100  # piped: the report's design width, not rich's 80-column fallback
-        draw(console)
+        draw(make_console(wide=wide))
         return None
     import io
 
-    from rich.console import Console
-
-    console = Console(width=100, record=True, color_system=None, file=io.StringIO())
+    console = make_console(file=io.StringIO(), record=True)
     draw(console)
     return console.export_text()
 
@@ -144,7 +142,7 @@ def report_main(args: argparse.Namespace) -> None:
     elif fmt == "term":
         from iotrace.trace.render.terminal import print_report
 
-        text = _terminal_text(lambda c: print_report(c, report, args.details), args.output is not None)
+        text = _terminal_text(lambda c: print_report(c, report, args.details), args.output is not None, args.wide)
         if text is not None:
             _write(args.output, text)
     elif fmt == "md":
@@ -169,7 +167,7 @@ def report_main(args: argparse.Namespace) -> None:
 
 
 def print_terminal(report: Any, details: int = 5) -> None:
-    """``report`` in the terminal as ``iotrace report`` draws it (a pipe gets the report's design width)."""
+    """``report`` in the terminal as ``iotrace report`` draws it (a pipe gets natural width)."""
     from iotrace.trace.render.terminal import print_report
 
     _terminal_text(lambda c: print_report(c, report, details), False)
@@ -191,6 +189,6 @@ def diff_main(args: argparse.Namespace) -> None:
     else:
         from iotrace.trace.render.terminal import print_diff
 
-        text = _terminal_text(lambda c: print_diff(c, diff), args.output is not None)
+        text = _terminal_text(lambda c: print_diff(c, diff), args.output is not None, args.wide)
         if text is not None:
             _write(args.output, text)

@@ -5,10 +5,14 @@ Renderers only draw; every number they show was computed elsewhere.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable
+from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.rule import Rule
 from rich.table import Table
 
 from iotrace.cards import Card
@@ -16,19 +20,59 @@ from iotrace.derivations import Derivation, num
 from iotrace.errors import IotraceError
 from iotrace.occupancy import LIMIT_NAMES, OccupancyResult
 
-__all__ = ["print_card", "print_cards", "print_derivation", "print_occupancy"]
+__all__ = ["NATURAL_WIDTH", "RULE_WIDTH", "is_natural", "make_console", "natural_output", "print_card", "print_cards",
+           "print_derivation", "print_occupancy"]
+
+#: The width a console draws at in natural-width mode: wide enough that no table is cut to fit and no line wraps.
+#: Tables do not expand (none sets ``expand``), so each is drawn at the width its longest cells need, no wider.
+NATURAL_WIDTH = 100_000
+#: What fills the whole width at natural width (a rule) is drawn this wide instead: the reports' design width.
+RULE_WIDTH = 100
 
 
 class _PipeSafeConsole(Console):
     """A console that lets a closed pipe (``iotrace cards | head``) end the command quietly, not with exit 1."""
 
+    #: Drawn at natural width (a pipe, a file, ``--wide``): renderers then cut no cell and no name.
+    natural: bool = False
+
     def on_broken_pipe(self) -> None:
         self.quiet = True
         raise BrokenPipeError
 
+    def print(self, *objects: Any, **options: Any) -> None:
+        # A rule spans the console's width: at natural width that would be a line of 100 000 dashes (`iotrace tour`).
+        if self.natural and options.get("width") is None and any(isinstance(o, Rule) for o in objects):
+            options["width"] = RULE_WIDTH
+        super().print(*objects, **options)
 
-def make_console() -> Console:
-    return _PipeSafeConsole(highlight=False)
+
+def natural_output(wide: bool = False) -> bool:
+    """Whether output is drawn at natural width: with ``--wide``, or when stdout is not a terminal and ``COLUMNS``
+    is unset. Rich would otherwise fall back to 80 columns in a pipe or file and cut cells to fit; an explicit
+    ``COLUMNS`` is a width the user chose, so it is kept."""
+    if wide:
+        return True
+    try:
+        terminal = sys.stdout is not None and sys.stdout.isatty()
+    except ValueError:  # a closed stdout
+        terminal = False
+    return not terminal and "COLUMNS" not in os.environ
+
+
+def make_console(*, wide: bool = False, file: IO[str] | None = None, record: bool = False) -> Console:
+    """The console iotrace draws on: at natural width when :func:`natural_output` (or a ``file`` is given, which is
+    never a terminal); else at the terminal's width, as rich finds it."""
+    natural = file is not None or natural_output(wide)
+    console = _PipeSafeConsole(highlight=False, width=NATURAL_WIDTH if natural else None, file=file, record=record,
+                               color_system=None if file is not None else "auto")
+    console.natural = natural
+    return console
+
+
+def is_natural(console: Console) -> bool:
+    """Whether ``console`` draws at natural width, so a renderer must cut no cell, name or rule title."""
+    return isinstance(console, _PipeSafeConsole) and console.natural
 
 
 def _opt(value: float | None, digits: int = 4) -> str:
@@ -162,7 +206,8 @@ def print_run(console: Console, result, card: Card) -> None:
     for res in result.resources:
         console.print(f"  resources [dim](static, {res.compiler} for {res.target})[/dim]: {res.kernel}: "
                       f"{res.registers} registers, {res.shared_mem_bytes} B shared memory, "
-                      f"{res.spills} B spilled, {res.barriers} barrier(s), {res.threads_per_block} threads × "
+                      f"{res.spill_stores} B spill stores + {res.spill_loads} B spill loads, "
+                      f"{res.barriers} barrier(s), {res.threads_per_block} threads × "
                       f"{'×'.join(map(str, res.grid))} blocks")
     occ = result.occupancy
     console.print(f"  occupancy [dim](static)[/dim]: {num(occ.occupancy_pct)} % ({occ.active_blocks_per_sm} blocks, "

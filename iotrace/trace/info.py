@@ -48,8 +48,12 @@ def _duration(ns: float | None) -> str:
     return f"{ns:.0f} ns"
 
 
-def render_info(info: dict[str, Any], width: int = 100) -> str:
-    """The summary as text for a person (measured values, straight from the file)."""
+def render_info(info: dict[str, Any], width: int = 100, wide: bool = False) -> str:
+    """The summary as text for a person (measured values, straight from the file).
+
+    Kernel names are cut to fit ``width`` columns unless ``wide`` (``--wide``, a pipe, a file): templated kernels
+    often differ only past the cut, so a cut list can show several identical-looking rows.
+    """
     lines = [f"{info['source']}",
              f"  format   {info['format']} ({info['tool']}, version {info['version'] or 'not stated'})",
              f"  schema   {info['schema']}"]
@@ -68,7 +72,7 @@ def render_info(info: dict[str, Any], width: int = 100) -> str:
     if info["top_kernels"]:
         lines.append("  top kernels by total time (measured)")
         for k in info["top_kernels"]:
-            name = k["name"] if len(k["name"]) <= width - 40 else k["name"][: width - 41] + "…"
+            name = k["name"] if wide or len(k["name"]) <= width - 40 else k["name"][: width - 41] + "…"
             lines.append(f"    {k['share_pct']:6.2f}%  {_duration(k['total_ns']):>12}  x{k['launches']:<6} {name}")
     for note in info["notes"]:
         lines.append(f"  note     {note}")

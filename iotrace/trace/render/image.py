@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -9,32 +10,61 @@ from iotrace.errors import IotraceError
 from iotrace.trace.render.figures import figures
 from iotrace.trace.reports.report import Report
 
-__all__ = ["ImageExportError", "write_figures"]
+__all__ = ["BROWSERS", "ImageExportError", "check_export", "export_problem", "kaleido_reason", "write_figures"]
 
-_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+#: The browsers kaleido (through choreographer) finds on the PATH; ``BROWSER_PATH`` names one anywhere.
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+#: How much of kaleido's own error text a one-line message carries.
+REASON_CHARS = 160
 
 
 class ImageExportError(IotraceError):
-    """PNG/SVG export cannot run here: kaleido or a Chromium browser is missing."""
+    """PNG/SVG export cannot run here: kaleido or a Chromium browser is missing.
+
+    ``missing`` names the piece ("kaleido", "Chromium") and ``install`` says how to add it, so a caller that can go
+    on without figures (``iotrace note``) can say so in its own words.
+    """
+
+    def __init__(self, problem: str, fix: str = "", *, missing: str = "", install: str = "") -> None:
+        super().__init__(problem, fix)
+        self.missing = missing
+        self.install = install
 
 
-def _check() -> None:
+def export_problem() -> ImageExportError | None:
+    """Why PNG/SVG export cannot run here (kaleido not installed, no browser on the PATH), or None when it can."""
     try:
         import kaleido  # noqa: F401
-    except ImportError as exc:
-        raise ImageExportError("PNG/SVG export needs the kaleido package, which is not installed",
-                               "pip install 'iotrace[image]' (and Chromium: apt-get install chromium); "
-                               "--format html needs neither") from exc
-    import os
+    except ImportError:
+        install = "pip install 'iotrace[image]' (and Chromium: apt-get install chromium)"
+        return ImageExportError("PNG/SVG export needs the kaleido package, which is not installed",
+                                f"{install}; --format html needs neither", missing="kaleido", install=install)
+    if not os.environ.get("BROWSER_PATH") and not any(shutil.which(b) for b in BROWSERS):
+        install = "apt-get install chromium (or set BROWSER_PATH)"
+        return ImageExportError("PNG/SVG export needs Chrome or Chromium for kaleido, and none is on the PATH",
+                                f"{install}; --format html needs no browser", missing="Chromium", install=install)
+    return None
 
-    if not os.environ.get("BROWSER_PATH") and not any(shutil.which(b) for b in _BROWSERS):
-        raise ImageExportError("PNG/SVG export needs Chrome or Chromium for kaleido, and none is on the PATH",
-                               "apt-get install chromium (or set BROWSER_PATH); --format html needs no browser")
+
+def check_export() -> None:
+    """Raise :class:`ImageExportError` when PNG/SVG export cannot run here (before any figure is drawn)."""
+    problem = export_problem()
+    if problem is not None:
+        raise problem
+
+
+def kaleido_reason(exc: BaseException, limit: int = REASON_CHARS) -> str:
+    """``exc`` as one line of at most about ``limit`` characters, cut between words (kaleido's errors run long)."""
+    text = f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return cut.rstrip(",;:") + " …"
 
 
 def write_figures(report: Report, stem: Path, fmt: str, first: Path | None = None) -> dict[str, str]:
     """Write every figure as ``<stem>-<name>.<fmt>`` (the roofline to ``first`` when given); returns name → path."""
-    _check()
+    check_export()
     import plotly.io as pio
 
     figs = figures(report)
@@ -47,7 +77,6 @@ def write_figures(report: Report, stem: Path, fmt: str, first: Path | None = Non
     except OSError as exc:
         raise ImageExportError(f"cannot write the {fmt} figures ({exc})", "choose a writable -o path") from exc
     except Exception as exc:  # kaleido's browser errors have no stable public type
-        raise ImageExportError(f"kaleido could not render the figures: {type(exc).__name__}: "
-                               f"{' '.join(str(exc).split())[:160]}",
+        raise ImageExportError(f"kaleido could not render the figures: {kaleido_reason(exc)}",
                                "check that Chromium starts (apt-get install chromium)") from exc
     return paths

@@ -1,15 +1,22 @@
 """The report for a person at a terminal: rich tables readable at 100 columns.
 
-Every name from a trace is escaped for rich markup (a kernel called ``[bold]x[/]`` prints as typed).
+Every name from a trace is escaped for rich markup (a kernel called ``[bold]x[/]`` prints as typed). On a console
+at natural width (a pipe, a file, ``--wide``; see :func:`iotrace.render.console.is_natural`) nothing is cut: names
+are printed in full and no column is capped or ellipsised.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.rule import Rule
 from rich.table import Table
+from rich.text import Text
 
+from iotrace.render.console import RULE_WIDTH, is_natural
 from iotrace.trace.render.fmt import bytes_, duration, num, pct, short
 from iotrace.trace.reports.diff import TRAFFIC, Diff
 from iotrace.trace.reports.records import Finding
@@ -28,6 +35,29 @@ def _table(title: str) -> Table:
                  pad_edge=False, padding=(0, 1))
 
 
+def _name(console: Console, name: object, width: int) -> str:
+    """A trace name cut to ``width`` for a terminal; whole (whitespace collapsed) at natural width."""
+    return " ".join(str(name).split()) if is_natural(console) else short(str(name), width)
+
+
+def _column(console: Console, table: Table, header: str, **options: Any) -> None:
+    """``table.add_column``; at natural width without the caps (``max_width``, ellipsis) that fit it to a terminal."""
+    if is_natural(console):
+        options.pop("max_width", None)
+        if options.get("overflow") == "ellipsis":
+            options["overflow"] = "fold"  # never reached at natural width; a cut cell would lose data
+    table.add_column(header, **options)
+
+
+def _rule(console: Console, title: str) -> None:
+    """A left-aligned rule: the terminal's width, or at natural width the design width (:data:`RULE_WIDTH`) or its
+    title's, where that is longer, so the title is never cut."""
+    if not is_natural(console):
+        console.rule(title, align="left")
+        return
+    console.print(Rule(title, align="left"), width=max(RULE_WIDTH, Text.from_markup(title).cell_len + 4))
+
+
 def _header(console: Console, report: Report) -> None:
     meta = report.meta
     console.print(f"[bold]{escape(str(meta.get('source')))}[/]")
@@ -39,11 +69,11 @@ def _header(console: Console, report: Report) -> None:
 
 def _summary(console: Console, report: Report) -> None:
     table = _table(f"Kernels ({len(report.kernels)})")
-    table.add_column("# kernel", ratio=1, overflow="ellipsis", no_wrap=True, min_width=16, max_width=30)
+    _column(console, table, "# kernel", ratio=1, overflow="ellipsis", no_wrap=True, min_width=16, max_width=30)
     # Widths that fit 100 columns with the kernel name taking what is left.
     for col, width in (("time", 8), ("occ th/ach", 10), ("limiter", 9), ("top stall", 19), ("bound", 7)):
-        table.add_column(col, justify="right" if col in ("time", "occ th/ach") else "left", no_wrap=True,
-                         min_width=width, max_width=width + 3, overflow="ellipsis")
+        _column(console, table, col, justify="right" if col in ("time", "occ th/ach") else "left", no_wrap=True,
+                min_width=width, max_width=width + 3, overflow="ellipsis")
     for k in report.kernels:
         occ = k.occupancy
         shares = k.stall_shares()
@@ -55,7 +85,7 @@ def _summary(console: Console, report: Report) -> None:
             bound += " (modelled)"
         theo = pct(None if occ is None else occ.theoretical_pct, 0)
         ach = pct(None if occ is None else occ.achieved_pct, 0)
-        table.add_row(escape(f"{k.kernel_id} {short(k.name, 60)}"), duration(k.duration_ns), f"{theo}/{ach}",
+        table.add_row(escape(f"{k.kernel_id} {_name(console, k.name, 60)}"), duration(k.duration_ns), f"{theo}/{ach}",
                       escape(", ".join(occ.limiters) if occ is not None and occ.limiters else "—"),
                       escape(stall), bound)
     console.print(table)
@@ -63,7 +93,7 @@ def _summary(console: Console, report: Report) -> None:
 
 def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
     console.print()
-    console.rule(f"[bold]#{k.kernel_id}[/] {escape(short(k.name, 84))}", align="left")
+    _rule(console, f"[bold]#{k.kernel_id}[/] {escape(_name(console, k.name, 84))}")
     grid = "×".join("?" if v is None else str(v) for v in k.grid)
     block = "×".join("?" if v is None else str(v) for v in k.block)
     console.print(f"  grid {grid}, block {block}, {k.registers if k.registers is not None else '?'} registers/thread, "
@@ -77,7 +107,7 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
         table.add_column("reason", no_wrap=True)
         table.add_column("value", justify="right", no_wrap=True)
         table.add_column("share", justify="right", no_wrap=True)
-        table.add_column("", no_wrap=True, min_width=10, max_width=10)
+        _column(console, table, "", no_wrap=True, min_width=10, max_width=10)
         table.add_column("what it means", ratio=1)
         for row in ranked.head(6).to_dict("records"):
             if row["value"] <= 0:
@@ -90,7 +120,7 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
     roof = k.roofline
     if roof is not None:
         table = _table(f"Roofline ({roof.basis}; FLOPs {num(roof.flops)}, {roof.precision or '—'}; peak "
-                       f"{num(roof.peak_flop_per_s)}FLOP/s from {escape(short(roof.peak_source, 60))})")
+                       f"{num(roof.peak_flop_per_s)}FLOP/s from {escape(_name(console, roof.peak_source, 60))})")
         for col in ("level", "bytes", "FLOP/byte", "ceiling", "ceiling from"):
             table.add_column(col, justify="left" if col in ("level", "ceiling from") else "right",
                              no_wrap=col != "ceiling from", ratio=1 if col == "ceiling from" else None)
@@ -141,11 +171,11 @@ def _timeline(console: Console, report: Report) -> None:
     console.print()
     table = _table("Timeline: top kernels by total time (measured)")
     for col, width in (("share", 6), ("total", 9), ("launches", 8), ("mean", 9), ("kernel", 20)):
-        table.add_column(col, justify="right" if col != "kernel" else "left", no_wrap=True, min_width=width,
-                         ratio=1 if col == "kernel" else None, overflow="ellipsis")
+        _column(console, table, col, justify="right" if col != "kernel" else "left", no_wrap=True, min_width=width,
+                ratio=1 if col == "kernel" else None, overflow="ellipsis")
     for row in line.top_kernels.to_dict("records"):
         table.add_row(pct(row["share_pct"]), duration(row["total_ns"]), str(row["launches"]), duration(row["mean_ns"]),
-                      escape(short(row["name"], 70)))
+                      escape(_name(console, row["name"], 70)))
     if line.top_kernels.empty:
         console.print("Timeline (measured)", style="bold")
     else:
@@ -153,10 +183,10 @@ def _timeline(console: Console, report: Report) -> None:
     if len(line.ranges):
         table = _table("Time per NVTX range")
         for col, width in (("range", 20), ("count", 5), ("wall", 9), ("kernel time", 11)):
-            table.add_column(col, justify="left" if col == "range" else "right", ratio=1 if col == "range" else None,
-                             overflow="ellipsis", no_wrap=True, min_width=width)
+            _column(console, table, col, justify="left" if col == "range" else "right",
+                    ratio=1 if col == "range" else None, overflow="ellipsis", no_wrap=True, min_width=width)
         for row in line.ranges.to_dict("records"):
-            table.add_row(escape(short(str(row["name"]), 60)), str(row["count"]), duration(row["total_ns"]),
+            table.add_row(escape(_name(console, row["name"], 60)), str(row["count"]), duration(row["total_ns"]),
                           duration(row["kernel_ns"]))
         console.print(table)
     for row in line.idle.to_dict("records"):
@@ -165,11 +195,11 @@ def _timeline(console: Console, report: Report) -> None:
     if len(line.gaps):
         table = _table("Longest GPU idle gaps")
         for col, width in (("GPU", 3), ("at", 9), ("gap", 9), ("after kernel", 16), ("before kernel", 16)):
-            table.add_column(col, justify="right" if col in ("GPU", "at", "gap") else "left", no_wrap=True,
-                             overflow="ellipsis", ratio=1 if "kernel" in col else None, min_width=width)
+            _column(console, table, col, justify="right" if col in ("GPU", "at", "gap") else "left", no_wrap=True,
+                    overflow="ellipsis", ratio=1 if "kernel" in col else None, min_width=width)
         for row in line.gaps.head(5).to_dict("records"):
             table.add_row(str(row["device"]), duration(row["start_offset_ns"]), duration(row["gap_ns"]),
-                          escape(short(row["before"], 34)), escape(short(row["after"], 34)))
+                          escape(_name(console, row["before"], 34)), escape(_name(console, row["after"], 34)))
         console.print(table)
     memcpy = line.memcpy
     if memcpy.get("share") is not None:
@@ -211,8 +241,8 @@ def print_diff(console: Console, diff: Diff) -> None:
     for row in diff.kernels.to_dict("records"):
         console.print()
         same = row["before"] == row["after"]
-        console.rule(escape(short(row["after"], 90)) if same else
-                     f"{escape(short(row['before'], 44))} → {escape(short(row['after'], 44))}", align="left")
+        _rule(console, escape(_name(console, row["after"], 90)) if same else
+              f"{escape(_name(console, row['before'], 44))} → {escape(_name(console, row['after'], 44))}")
         console.print(f"  matched by: {row['match']}")
         table = _table("")
         for col in ("quantity", "before", "after", "after/before"):
@@ -222,7 +252,7 @@ def print_diff(console: Console, diff: Diff) -> None:
         for key, label in TRAFFIC.items():
             if row[f"{key}_before"] is None and row[f"{key}_after"] is None:
                 continue
-            table.add_row(escape(short(label, 44)), bytes_(row[f"{key}_before"]), bytes_(row[f"{key}_after"]),
+            table.add_row(escape(_name(console, label, 44)), bytes_(row[f"{key}_before"]), bytes_(row[f"{key}_after"]),
                           num(row[f"{key}_ratio"]))
         table.add_row("theoretical occupancy", pct(row["theoretical_pct_before"]), pct(row["theoretical_pct_after"]),
                       num(row["theoretical_pct_ratio"]))
@@ -241,7 +271,7 @@ def print_diff(console: Console, diff: Diff) -> None:
                               f"{s['delta'] * 100:+.0f} pts")
             console.print(table)
     for name in diff.unmatched_before:
-        console.print(f" only before: {escape(short(name, 90))}")
+        console.print(f" only before: {escape(_name(console, name, 90))}")
     for name in diff.unmatched_after:
-        console.print(f" only after:  {escape(short(name, 90))}")
+        console.print(f" only after:  {escape(_name(console, name, 90))}")
     _findings(console, diff.findings)
