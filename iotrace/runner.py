@@ -244,6 +244,15 @@ def _time(spec: KernelSpec, inputs: dict, outputs: dict, config: Config, backend
                   100.0 * roofline.floor_us / (median * 1e3), method)
 
 
+def _spill_finding(res: Resources, config: Config) -> str:
+    """A launch that spills is named, with what ptxas reported: spilled registers go to local memory (the L1/L2/DRAM
+    path), so the config pays memory traffic its cost model does not count (CUDA C++ Best Practices Guide,
+    "Registers" and "Local Memory")."""
+    return (f"{res.kernel} spills: {res.spill_stores} B spill stores + {res.spill_loads} B spill loads per thread at "
+            f"{res.registers} registers (ptxas). This config is over the register budget: try smaller tiles "
+            f"(BLOCK_*), fewer stages or more warps; `iotrace tune` flags every spilling config.")
+
+
 def run(call: KernelCall, *, config: Config | None = None, check: bool = True, seed: int | None = None) -> RunResult:
     """Analyse, check and (on a GPU) time one config of ``call`` on its card (the kernel's default config, or a
     tuned one, when ``config`` is None)."""
@@ -253,7 +262,7 @@ def run(call: KernelCall, *, config: Config | None = None, check: bool = True, s
     roofline = roofline_of(cost, card)
     resources, occ, waves = static_analysis(call, config)
     seed = secrets.randbits(31) if seed is None else seed
-    notes: list[str] = []
+    notes: list[str] = [_spill_finding(r, config) for r in resources if r.spills]
     timing = None
     if interpreting() and backend != "triton":
         mode = "static"

@@ -121,3 +121,22 @@ def test_a_config_that_cannot_launch_is_refused() -> None:
               "USE_TMA": False}
     with pytest.raises(ConfigError, match=r"cannot launch on NVIDIA A10G: .* bytes of shared memory per block exceed"):
         static_analysis(KernelCall(GEMM, shape, "fp16", card), config)
+
+
+def test_a_spilling_config_is_named_in_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 128×256×64 GEMM tile with 8 warps spills on sm_90 (ptxas: 255 registers, 516 B spill stores + 448 B spill
+    loads with bias): `iotrace run` says so in its notes, with both counts, instead of one unexplained sum."""
+    from iotrace import runner
+    from iotrace.cards import lookup
+    from iotrace.kernel_call import KernelCall
+
+    call = KernelCall(GEMM, {"M": 97, "N": 83, "K": 71, "bias": 1}, "fp16", lookup("h100"))
+    config = runner.resolve_config(call, {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8})
+    monkeypatch.setattr(runner, "_check", lambda *a: pytest.fail("the check is not what this test is about"))
+    result = runner.run(call, config=config, check=False)
+    main = result.resources[0]
+    assert main.spills == main.spill_stores + main.spill_loads > 0
+    (note,) = [n for n in result.notes if "spills" in n]
+    assert f"{main.spill_stores} B spill stores + {main.spill_loads} B spill loads" in note and "BLOCK_" in note
+    quiet = runner.run(call, check=False)  # the default config: no spill, no such note (tests/test_default_configs)
+    assert not any("spills" in n for n in quiet.notes)
