@@ -1,5 +1,5 @@
-"""Imports point down: the package's import graph, read from the source (every import, also those inside functions;
-not those under ``if TYPE_CHECKING:``), has no circle, no module outside ``iotrace.cli`` imports the command line,
+"""Imports point down: the package's import graph, read from the source (every import, also those inside functions
+and those under ``if TYPE_CHECKING:``), has no circle, no module outside ``iotrace.cli`` imports the command line,
 and no module imports a higher layer.
 
 The layers are the README's architecture section ("Layers"), lowest first. A module belongs to the layer of the
@@ -40,20 +40,6 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node but those under ``if TYPE_CHECKING:``: a type-only import never runs and names a type for a
-    reader, it does not make one module depend on the other (a spec's helpers may annotate with KernelSpec)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                stack.extend(child.orelse)
-                continue
-            stack.append(child)
-
-
 def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     """module -> the iotrace modules it imports, anywhere in its source."""
     files = {_module_name(p, root): p for p in root.rglob("*.py")}
@@ -61,7 +47,7 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         targets: set[str] = set()
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.Import):
                 candidates = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):

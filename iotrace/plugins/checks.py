@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from iotrace.errors import InvalidValueError
 
@@ -19,12 +19,36 @@ if TYPE_CHECKING:
     import torch
 
     from iotrace.cards import Card
-    from iotrace.plugins.spec import Config, KernelSpec, Shape
 
-__all__ = ["check_config", "check_dtype", "check_shape_keys", "halve_to_fit", "launch_in_range", "shape_for"]
+__all__ = ["SpecFields", "check_config", "check_dtype", "check_shape_keys", "halve_to_fit", "launch_in_range",
+           "shape_for"]
+
+# The shapes of iotrace.plugins.spec.Shape and .Config, spelled out: spec.py imports this module, not the reverse.
+Shape = dict[str, int]
+Config = dict[str, Any]
 
 
-def check_shape_keys(spec: KernelSpec, shape: Mapping[str, int]) -> Shape:
+class SpecFields(Protocol):
+    """What these helpers read of a kernel spec; every :class:`~iotrace.plugins.spec.KernelSpec` has all of it."""
+
+    name: str
+    dtypes: tuple[str, ...]
+    shape_keys: tuple[str, ...]
+    shape_flags: tuple[str, ...]
+    flag_values: Mapping[str, tuple[int, ...]]
+    default_shape: Mapping[str, int]
+    presets: Mapping[str, Mapping[str, int]]
+    extra_config_values: Mapping[str, Any]
+
+    def check_shape(self, shape: Mapping[str, int]) -> Shape: ...
+
+    def space(self, shape: Shape, dtype: str, card: Card, backend: str) -> list[Config]: ...
+
+    def launch_kernel(self, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor], config: Config,
+                      backend: str) -> None: ...
+
+
+def check_shape_keys(spec: SpecFields, shape: Mapping[str, int]) -> Shape:
     """``shape`` with its flags defaulted to 0, once every key of ``spec.shape_keys`` is present, no other key is,
     each dimension is a whole number >= 1 and each flag is 0 or 1 (or one of its ``flag_values``).
 
@@ -55,7 +79,7 @@ def check_shape_keys(spec: KernelSpec, shape: Mapping[str, int]) -> Shape:
     return out
 
 
-def shape_for(spec: KernelSpec, preset: str | None = None, shape: Mapping[str, int] | None = None) -> Shape:
+def shape_for(spec: SpecFields, preset: str | None = None, shape: Mapping[str, int] | None = None) -> Shape:
     """The shape a command asked for: a named preset, a free shape, or the default, checked by ``spec.check_shape``."""
     if preset is not None:
         if preset not in spec.presets:
@@ -65,7 +89,7 @@ def shape_for(spec: KernelSpec, preset: str | None = None, shape: Mapping[str, i
     return spec.check_shape(shape if shape is not None else spec.default_shape)
 
 
-def halve_to_fit(spec: KernelSpec, shape: Shape, max_elements: int) -> Shape:
+def halve_to_fit(spec: SpecFields, shape: Shape, max_elements: int) -> Shape:
     """Halve the largest dimension of ``shape`` until the product of its dims fits ``max_elements``, keeping every
     reduced size odd (ragged against every block); flags are kept as they are."""
     dims = {k: v for k, v in shape.items() if k not in spec.shape_flags}
@@ -77,7 +101,7 @@ def halve_to_fit(spec: KernelSpec, shape: Shape, max_elements: int) -> Shape:
     return {**shape, **dims}
 
 
-def check_dtype(spec: KernelSpec, dtype: str) -> str:
+def check_dtype(spec: SpecFields, dtype: str) -> str:
     """``dtype`` itself when ``spec`` supports it.
 
     :raises InvalidValueError: listing the dtypes it does support.
@@ -88,7 +112,7 @@ def check_dtype(spec: KernelSpec, dtype: str) -> str:
     return dtype
 
 
-def check_config(spec: KernelSpec, config: Mapping[str, Any], shape: Shape, dtype: str, card: Card,
+def check_config(spec: SpecFields, config: Mapping[str, Any], shape: Shape, dtype: str, card: Card,
                  backend: str) -> Config:
     """Refuse a config whose keys or values the space for this shape and card does not hold.
 
@@ -122,7 +146,7 @@ def check_config(spec: KernelSpec, config: Mapping[str, Any], shape: Shape, dtyp
     return checked
 
 
-def launch_in_range(spec: KernelSpec, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor],
+def launch_in_range(spec: SpecFields, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor],
                     config: Config, backend: str) -> None:
     """``spec.launch_kernel`` inside the NVTX range ``iotrace/<name>``, the config in a nested range.
 
