@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from iotrace.errors import InvalidValueError
+from iotrace.plugins import checks
 from iotrace.plugins.spec import DEFAULT_BACKEND
 
 if TYPE_CHECKING:
@@ -35,9 +35,7 @@ class KernelCall:
     def __post_init__(self) -> None:
         # Validated here, once: every holder of a call can trust its shape, dtype and backend.
         spec = self.spec
-        if self.backend not in spec.backends:
-            raise InvalidValueError(f"{spec.name} has no {self.backend!r} backend",
-                                    f"use one of {', '.join(spec.backends)}")
+        checks.check_backend(spec, self.backend)
         object.__setattr__(self, "shape", spec.check_shape(self.shape))
         spec.check_dtype(self.dtype)
 
@@ -57,12 +55,8 @@ class KernelCall:
         from iotrace.cards import Card as CardType
         from iotrace.cards import detect
 
-        if backend not in spec.backends:  # before the card: a wrong backend is the first thing to say
-            raise InvalidValueError(f"{spec.name} has no {backend!r} backend", f"use one of {', '.join(spec.backends)}")
-        if preset is not None and preset not in spec.presets:
-            raise InvalidValueError(f"{spec.name} has no preset {preset!r}",
-                                    f"its presets are {', '.join(spec.presets)}")
-        chosen = spec.presets[preset] if preset is not None else shape if shape is not None else spec.default_shape
+        checks.check_backend(spec, backend)  # before the card: a wrong backend or preset is the first thing to say
+        chosen = checks.requested_shape(spec, preset, shape)  # checked once, in __post_init__
         resolved_card = card if isinstance(card, CardType) else detect(card)
         return cls(spec, chosen, dtype or spec.dtypes[0], resolved_card, backend)
 

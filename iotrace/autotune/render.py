@@ -20,6 +20,8 @@ from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
+from iotrace.render.console import is_natural
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
@@ -106,12 +108,9 @@ def _measured_columns(result: TuneResult, row: ConfigResult) -> list[str]:
 
 
 def _natural(console: Console) -> bool:
-    """Whether the console draws at natural width: iotrace's console says so itself (a pipe, a file, ``--wide``);
-    any other counts when it is not a terminal and ``COLUMNS`` is unset (no width was chosen)."""
-    natural = getattr(console, "natural", None)
-    if isinstance(natural, bool) and natural:
-        return True
-    return not console.is_terminal and "COLUMNS" not in os.environ
+    """Whether the table keeps every column: iotrace's console says so itself (a pipe, a file, ``--wide``); any other
+    counts when it is not a terminal and ``COLUMNS`` is unset (no width was chosen)."""
+    return is_natural(console) or (not console.is_terminal and "COLUMNS" not in os.environ)
 
 
 def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> None:

@@ -13,7 +13,7 @@ from iotrace import __version__
 from iotrace.autotune.backends import Measurement
 from iotrace.autotune.fingerprint import Fingerprint, triton_version
 from iotrace.autotune.static import StaticEntry, StaticPhase, tie_key
-from iotrace.autotune.sweep import Sweep, SweepRow
+from iotrace.autotune.sweep import Sweep, SweepRow, says_synthesised
 from iotrace.kernel_call import CallFields
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from iotrace.kernel_call import KernelCall
     from iotrace.plugins.spec import Config, Cost, Shape
 
-__all__ = ["ConfigResult", "TuneResult"]
+__all__ = ["ConfigResult", "TuneResult", "tied_with"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,13 @@ class ConfigResult:
                 "occupancy_pct": occ.occupancy_pct if occ else None,
                 "limiters": list(occ.limiters) if occ else [], "pruned": self.entry.pruned,
                 "predicted_us": self.entry.predicted_us, "measured_us": self.measured_us, "verified": self.verified}
+
+
+def tied_with(row: ConfigResult, results: list[ConfigResult]) -> list[ConfigResult]:
+    """The ranked results whose predicted time equals ``row``'s to three significant figures, ``row`` included
+    (empty when ``row`` is not ranked)."""
+    key = tie_key(row.entry) if row.rank is not None else None
+    return [] if key is None else [r for r in results if r.rank is not None and tie_key(r.entry) == key]
 
 
 @dataclass
@@ -92,7 +99,7 @@ class TuneResult(CallFields):
     @property
     def synthesised(self) -> bool:
         """Whether the replayed sweep says its times were synthesised, not measured."""
-        return self.replayed_from is not None and "synthesi" in self.replayed_from.lower()
+        return says_synthesised(self.replayed_from)
 
     @property
     def times(self) -> str | None:
@@ -115,11 +122,8 @@ class TuneResult(CallFields):
         """``(first rank, configs in the tie)`` when ``row``'s predicted time equals another ranked config's to three
         significant figures (the model cannot tell them apart; :func:`~iotrace.autotune.static.rank` only orders
         them by its tie-break); None when it stands alone or is not ranked."""
-        key = tie_key(row.entry) if row.rank is not None else None
-        if key is None:
-            return None
-        ranks = [r.rank for r in self.results if r.rank is not None and tie_key(r.entry) == key]
-        return (min(ranks), len(ranks)) if len(ranks) > 1 else None  # type: ignore[type-var]
+        ranks = [r.rank or 0 for r in tied_with(row, self.results)]
+        return (min(ranks), len(ranks)) if len(ranks) > 1 else None
 
     def ranked(self) -> list[ConfigResult]:
         """Measured configs fastest first, then the rest by predicted time, then the pruned ones."""

@@ -24,10 +24,16 @@ from typing import Any
 from iotrace.compiler import Resources
 from iotrace.errors import DataFileError
 
-__all__ = ["FORMAT", "VERSION", "Sweep", "SweepRow", "load_sweep", "resources_from_dict"]
+__all__ = ["FORMAT", "VERSION", "Sweep", "SweepRow", "load_sweep", "resources_from_dict", "says_synthesised"]
 
 FORMAT = "iotrace-sweep"
 VERSION = 1
+
+
+def says_synthesised(how: str | None) -> bool:
+    """Whether a sweep's ``provenance.how`` says its times were synthesised (bench/synth_sweeps.py writes so), not
+    measured on a GPU."""
+    return how is not None and "synthesi" in how.lower()
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,16 @@ class Sweep:
             Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
         except OSError as exc:
             raise DataFileError(f"cannot write the sweep {path} ({exc.strerror})", "choose a writable path") from exc
+
+    @property
+    def how(self) -> str:
+        """How the sweep was made, in its own words (``provenance.how``)."""
+        return str(self.provenance.get("how", ""))
+
+    @property
+    def synthesised(self) -> bool:
+        """Whether the sweep says its times were synthesised, not measured."""
+        return says_synthesised(self.how)
 
     @property
     def best_us(self) -> float:

@@ -19,16 +19,16 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from iotrace.autotune.backends import Backend, GpuBackend, InterpreterBackend, Measurement, ReplayBackend
 from iotrace.autotune.cache import CacheKey, TuneCache, kernel_source_hash
 from iotrace.autotune.fingerprint import fingerprint, triton_version
-from iotrace.autotune.result import ConfigResult, TuneResult
+from iotrace.autotune.result import ConfigResult, TuneResult, tied_with
 from iotrace.autotune.space import kernel_space, shape_bucket, shape_text
-from iotrace.autotune.static import StaticEntry, StaticPhase, entry_from_resources, rank, static_phase, tie_key
+from iotrace.autotune.static import StaticEntry, StaticPhase, entry_from_resources, rank, static_phase
 from iotrace.autotune.strategies import BudgetSpent, SearchSpace, strategy
 from iotrace.autotune.sweep import Sweep, load_sweep, resources_from_dict
 from iotrace.errors import InvalidValueError, IotraceError
@@ -217,7 +217,8 @@ def tune_from_sweep(spec: KernelSpec, options: TuneOptions, progress: Progress |
     if options.replay is None:
         raise InvalidValueError("tune_from_sweep needs TuneOptions(replay=SWEEP)", "give the recorded sweep")
     sweep = _sweep(options)
-    return tune(_replay_request(spec, sweep, shape, dtype, card, options), options, progress)
+    call = _replay_request(spec, sweep, shape, dtype, card, options)
+    return tune(call, replace(options, replay=sweep), progress)  # the sweep read once, not again in tune
 
 
 def _sweep(options: TuneOptions) -> Sweep | None:
@@ -289,8 +290,7 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
             cache.close()
     found = evaluator.found if evaluator is not None else {}
     results = [ConfigResult(e, rank_of.get(i), found.get(i)) for i, e in enumerate(entries)]
-    how = str(sweep.provenance.get("how", "")) if sweep is not None else None
-    best, why = _choose(mode, options, results, ranking, evaluator, "synthesi" in (how or "").lower())
+    best, why = _choose(mode, options, results, ranking, evaluator, sweep is not None and sweep.synthesised)
     if sweep is None and not any(r.entry.prediction.pipelining is not None for r in results
                                  if r.entry.prediction is not None):
         stages = {r.config.get("num_stages") for r in results if r.entry.prediction is not None}
@@ -307,7 +307,7 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
     result = TuneResult(call, finger, mode, options.strategy, cost, results,
                         best, why, static, len(found), evaluator.measured if evaluator else 0,
                         time.perf_counter() - start, cache.path if cache is not None else None,
-                        shape_bucket(spec, shape), notes, how)
+                        shape_bucket(spec, shape), notes, sweep.how if sweep is not None else None)
     if options.record is not None:
         import shlex
         import sys
@@ -362,8 +362,7 @@ def _evaluate(mode: str, options: TuneOptions, evaluator: _Evaluator, entries: l
 def _place(best: ConfigResult, results: list[ConfigResult]) -> tuple[str, str]:
     """(``ranked #3``, "") or, when the model predicts the same time (to three significant figures) for others,
     (``tied #1 with 2 others at 143.2 µs predicted``, ``; the model cannot tell them apart ...``)."""
-    key = tie_key(best.entry)
-    tied = [r for r in results if r.rank is not None and key is not None and tie_key(r.entry) == key]
+    tied = tied_with(best, results)
     if len(tied) < 2:
         return f"ranked #{best.rank}", ""
     others = len(tied) - 1

@@ -168,9 +168,10 @@ def report_main(args: argparse.Namespace) -> None:
 
 def print_terminal(report: Any, details: int = 5) -> None:
     """``report`` in the terminal as ``iotrace report`` draws it (a pipe gets natural width)."""
+    from iotrace.render.console import make_console
     from iotrace.trace.render.terminal import print_report
 
-    _terminal_text(lambda c: print_report(c, report, details), False)
+    print_report(make_console(), report, details)
 
 
 def diff_main(args: argparse.Namespace) -> None:

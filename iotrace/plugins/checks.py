@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from iotrace.cards import Card
 
-__all__ = ["SpecFields", "check_config", "check_dtype", "check_shape_keys", "halve_to_fit", "launch_in_range",
-           "shape_for"]
+__all__ = ["SpecFields", "check_backend", "check_config", "check_dtype", "check_shape_keys", "halve_to_fit",
+           "launch_in_range", "requested_shape", "shape_for"]
 
 # The shapes of iotrace.plugins.spec.Shape and .Config, spelled out: spec.py imports this module, not the reverse.
 Shape = dict[str, int]
@@ -32,6 +32,7 @@ class SpecFields(Protocol):
     """What these helpers read of a kernel spec; every :class:`~iotrace.plugins.spec.KernelSpec` has all of it."""
 
     name: str
+    backends: tuple[str, ...]
     dtypes: tuple[str, ...]
     shape_keys: tuple[str, ...]
     shape_flags: tuple[str, ...]
@@ -79,14 +80,33 @@ def check_shape_keys(spec: SpecFields, shape: Mapping[str, int]) -> Shape:
     return out
 
 
-def shape_for(spec: SpecFields, preset: str | None = None, shape: Mapping[str, int] | None = None) -> Shape:
-    """The shape a command asked for: a named preset, a free shape, or the default, checked by ``spec.check_shape``."""
+def requested_shape(spec: SpecFields, preset: str | None = None,
+                    shape: Mapping[str, int] | None = None) -> Mapping[str, int]:
+    """The shape a command asked for, not yet checked: a named preset, a free shape, or the default.
+
+    :raises InvalidValueError: an unknown preset, listing the kernel's.
+    """
     if preset is not None:
         if preset not in spec.presets:
             raise InvalidValueError(f"{spec.name} has no preset {preset!r}",
                                     f"its presets are {', '.join(spec.presets)}")
-        return spec.check_shape(spec.presets[preset])
-    return spec.check_shape(shape if shape is not None else spec.default_shape)
+        return spec.presets[preset]
+    return shape if shape is not None else spec.default_shape
+
+
+def shape_for(spec: SpecFields, preset: str | None = None, shape: Mapping[str, int] | None = None) -> Shape:
+    """The shape a command asked for (:func:`requested_shape`), checked by ``spec.check_shape``."""
+    return spec.check_shape(requested_shape(spec, preset, shape))
+
+
+def check_backend(spec: SpecFields, backend: str) -> str:
+    """``backend`` itself when ``spec`` has it.
+
+    :raises InvalidValueError: listing the backends it does have.
+    """
+    if backend not in spec.backends:
+        raise InvalidValueError(f"{spec.name} has no {backend!r} backend", f"use one of {', '.join(spec.backends)}")
+    return backend
 
 
 def halve_to_fit(spec: SpecFields, shape: Shape, max_elements: int) -> Shape:
