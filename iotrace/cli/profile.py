@@ -18,7 +18,7 @@ from typing import Any
 from iotrace.argtypes import count_at_least, positive_number
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.kernel_call import KernelCall
-from iotrace.trace.profilers.child import RunPlan
+from iotrace.trace.profilers.child import RunPlan, flag
 from iotrace.trace.profilers.ncu import CLOCK_CONTROLS, NcuOptions, nvtx_filter
 
 # The CLI imports this module to build its parser on every run, so nothing here may import nvtx, numpy or pandas at
@@ -82,19 +82,15 @@ def wanted(args: argparse.Namespace) -> bool:
     return _chosen(args) is not None or bool(_given_options(args))
 
 
-def _flag(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
-
-
 def _check_options(args: argparse.Namespace) -> str:
     tool = _chosen(args)
     given = _given_options(args)
     if tool is None:
-        raise InvalidValueError(f"{', '.join(map(_flag, given))} only applies to a profiled run",
+        raise InvalidValueError(f"{', '.join(map(flag, given))} only applies to a profiled run",
                                 "add --nsys, --ncu or --cupti")
     wrong = [name for name in given if _TOOL_ONLY.get(name, tool) != tool]
     if wrong:
-        owners = ", ".join(f"{_flag(n)} is for --{_TOOL_ONLY[n]}" for n in wrong)
+        owners = ", ".join(f"{flag(n)} is for --{_TOOL_ONLY[n]}" for n in wrong)
         raise InvalidValueError(f"{owners}, not --{tool}", f"drop it, or profile with --{_TOOL_ONLY[wrong[0]]}")
     return tool
 

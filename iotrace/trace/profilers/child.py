@@ -16,7 +16,7 @@ from typing import Any
 from iotrace.errors import InvalidValueError
 from iotrace.kernel_call import CallFields, KernelCall
 
-__all__ = ["RunPlan", "child_argv", "mapping_text"]
+__all__ = ["RunPlan", "child_argv", "flag", "mapping_text"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,11 @@ class RunPlan(CallFields):
 
 
 
+
+
+def flag(dest: str) -> str:
+    """An option's command-line spelling from its argparse ``dest``: ``clock_control`` → ``--clock-control``."""
+    return "--" + dest.replace("_", "-")
 
 
 def mapping_text(values: Mapping[str, Any]) -> str:

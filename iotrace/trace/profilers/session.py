@@ -16,7 +16,7 @@ from typing import Any
 
 from iotrace.errors import InvalidValueError, IotraceError, NoGpuError
 from iotrace.trace.profilers.capture import Capture, CapturePaths
-from iotrace.trace.profilers.child import RunPlan, child_argv
+from iotrace.trace.profilers.child import RunPlan, child_argv, flag
 from iotrace.trace.profilers.errors import NoKernelsInRangeError
 from iotrace.trace.profilers.manifest import Manifest, device_info, git_info, utc_now, versions
 from iotrace.trace.profilers.ncu import NcuOptions
@@ -32,10 +32,6 @@ def range_name(kernel: str) -> str:
     from iotrace.nvtx_ranges import range_name as name  # imports nvtx (and numpy): only when a run is profiled
 
     return name(kernel)
-
-
-def _flag(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
 
 
 @dataclass
@@ -117,7 +113,7 @@ def _rerun(plan: RunPlan, tool: str, options: dict[str, Any]) -> str:
     argv = ["iotrace", *child_argv(plan)[3:], f"--{tool}"]
     for key in ("ncu_set", "clock_control", "launch_count", "nvtx_include", "launches"):
         if options.get(key) is not None:
-            argv += [_flag(key), str(options[key])]
+            argv += [flag(key), str(options[key])]
     return shlex.join(argv)
 
 
