@@ -99,10 +99,6 @@ class RunResult(CallFields):
     timing: Timing | None = None
     notes: list[str] = field(default_factory=list)
 
-
-
-
-
     @property
     def card(self) -> str:
         return self.call.card.key
@@ -244,7 +240,7 @@ def _time(spec: KernelSpec, inputs: dict, outputs: dict, config: Config, backend
                   100.0 * roofline.floor_us / (median * 1e3), method)
 
 
-def _spill_finding(res: Resources, config: Config) -> str:
+def _spill_finding(res: Resources) -> str:
     """A launch that spills is named, with what ptxas reported: spilled registers go to local memory (the L1/L2/DRAM
     path), so the config pays memory traffic its cost model does not count (CUDA C++ Best Practices Guide,
     "Registers" and "Local Memory")."""
@@ -262,7 +258,7 @@ def run(call: KernelCall, *, config: Config | None = None, check: bool = True, s
     roofline = roofline_of(cost, card)
     resources, occ, waves = static_analysis(call, config)
     seed = secrets.randbits(31) if seed is None else seed
-    notes: list[str] = [_spill_finding(r, config) for r in resources if r.spills]
+    notes: list[str] = [_spill_finding(r) for r in resources if r.spills]
     timing = None
     if interpreting() and backend != "triton":
         mode = "static"

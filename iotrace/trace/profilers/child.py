@@ -31,10 +31,6 @@ class RunPlan(CallFields):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-
-
-
-
 def flag(dest: str) -> str:
     """An option's command-line spelling from its argparse ``dest``: ``clock_control`` → ``--clock-control``."""
     return "--" + dest.replace("_", "-")
