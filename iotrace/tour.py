@@ -3,7 +3,8 @@
 It walks a reader through the CardBook, the six identities on one named card with the numbers
 substituted, one occupancy answer, all from data shipped with iotrace, and a static tune: a slice of the
 GEMM's space really compiled for the card's target, pruned, ranked by the cost model, its winner checked
-under the Triton interpreter.
+under the Triton interpreter; last, the pinned model (SmolLM2-135M) decoded by the kernels' torch references on the
+CPU (iotrace's Triton kernels on a GPU), its figures beside the card's walls.
 """
 
 from __future__ import annotations
@@ -72,8 +73,31 @@ def run_tour(console: Console, card_name: str) -> None:
     console.print(Rule(f"8. Autotuning starts without a GPU: a {GEMM}³ fp16 GEMM slice compiled for {card.name} "
                        "(`iotrace tune`)"))
     tour_tune(console, card)
+    console.print(Rule(f"9. A real model made of these kernels: SmolLM2-135M decoding on this machine, walls on "
+                       f"{card.name} (`iotrace bench`)"))
+    tour_bench(console, card)
     console.print(Rule())
     console.print("Next: `iotrace math --help`, `iotrace occupancy --help`, `iotrace tune --help`, and the README.")
+
+
+#: The tour's bench: the pinned model on the shipped prompt, few tokens and one repetition (seconds on a CPU).
+TOUR_BENCH = {"gen_tokens": 16, "reps": 1}
+
+
+def tour_bench(console: Console, card: Card) -> None:
+    """A bench of the pinned model (the torch path on a CPU), or one line saying why there is none."""
+    from iotrace.model.measure import BenchRequest, run_bench
+    from iotrace.model.prompts import default_prompt
+    from iotrace.render.bench import print_bench
+
+    request = BenchRequest(model="smollm2-135m", prompt=default_prompt(), **TOUR_BENCH)
+    try:
+        with console.status("bench: loading SmolLM2-135M") as status:
+            result = run_bench(request, card, progress=lambda text: status.update(f"bench: {text}"))
+    except IotraceError as exc:
+        console.print(f"No bench: {exc}")
+        return
+    print_bench(console, result.to_dict())
 
 
 def tour_tune(console: Console, card: Card) -> None:

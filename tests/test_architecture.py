@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("iotrace.kernel_call", "iotrace.tuned", "iotrace.runner"),
     ("iotrace.trace",),
     ("iotrace.autotune",),
+    ("iotrace.model",),
     ("iotrace.notes", "iotrace.selfcheck", "iotrace.tour"),
     ("iotrace.pytest_plugin",),
     ("iotrace.cli", "iotrace.__main__"),

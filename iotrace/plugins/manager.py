@@ -23,7 +23,8 @@ __all__ = ["BUILTIN_PLUGINS", "ENV_NO_AUTOLOAD", "ENV_PLUGINS", "kernel", "kerne
 #: Modules shipped with iotrace that register kernels: loaded by name, like any plugin, so this layer holds no
 #: import of the kernels layer above it.
 BUILTIN_PLUGINS = ("iotrace.kernels.gemm", "iotrace.kernels.rmsnorm", "iotrace.kernels.attention_prefill",
-                   "iotrace.kernels.attention_decode", "iotrace.kernels.draft_verify", "iotrace.kernels.int8_kv")
+                   "iotrace.kernels.attention_decode", "iotrace.kernels.draft_verify", "iotrace.kernels.int8_kv",
+                   "iotrace.kernels.rope", "iotrace.kernels.swiglu", "iotrace.kernels.gemm_decode")
 #: Comma-separated modules to load as plugins (local work, tests).
 ENV_PLUGINS = "IOTRACE_PLUGINS"
 ENTRY_POINT_GROUP = "iotrace"

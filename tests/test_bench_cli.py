@@ -1,0 +1,165 @@
+"""``iotrace bench`` as a user runs it: real subprocesses on the pinned model, and every bad input a one-line error.
+
+The pinned model's figures here are CPU figures of the torch path, and the JSON says so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+gguf = pytest.importorskip("gguf", reason="the bench needs iotrace[model] (make setup installs it)")
+
+
+def _pinned() -> Path:
+    from iotrace.model.gguf_file import MissingModelDependencyError, pinned_gguf
+
+    try:
+        return pinned_gguf()
+    except MissingModelDependencyError as exc:
+        pytest.skip(f"the pinned model is not installed: {exc}")
+
+
+def _error(result, *needles: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.slow
+def test_pinned_model_bench_json_holds_every_figure() -> None:
+    result = run_cli("bench", "--gen-tokens", "4", "--reps", "2", "--depth", "0,8", "--card", "rtx3090", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    # What the model said: the shipped prompt tokenised by the GGUF's own vocabulary, and its greedy continuation
+    # (" Paris." is what transformers' LlamaForCausalLM says on the same weights: tests/test_model_decoder.py).
+    assert data["prompt"]["ids"] == [504, 3575, 282, 4649, 314]
+    assert data["generated"]["ids"][0][:2] == [7042, 30] and len(data["generated"]["ids"][0]) == 5
+    assert data["generated"]["text"][0].startswith(" Paris.")
+    assert data["device"].startswith("cpu") and data["labels"][0].startswith("CPU figures of the torch path")
+    assert [d["depth"] for d in data["decode"]] == [0, 8]
+    assert [d["context_start"] for d in data["decode"]] == [5, 13]
+    for d in data["decode"]:
+        rate = d["decode_tok_s"]
+        assert rate["mean"] > 0 and len(rate["values"]) == 2
+        assert d["itl_ms"]["p50"] <= d["itl_ms"]["p90"] <= d["itl_ms"]["p99"]
+        wall = d["decode_wall"]
+        assert wall["bandwidth_source"] == "CardBook rtx3090"
+        # Identity 1 by hand: 936 GB/s over the weights plus the KV read at the mean context of the timed steps.
+        kv = 2 * 30 * 3 * 64 * 4 * (d["context_start"] + 2)
+        assert d["bytes_per_step"] == pytest.approx(data["model"]["weight_bytes"] + kv)
+        assert wall["tok_s"] == pytest.approx(936e9 / d["bytes_per_step"], rel=1e-9)
+        assert wall["fraction"] == pytest.approx(rate["mean"] / wall["tok_s"])
+    pre = data["prefill"]
+    assert pre["tok_s"]["mean"] > 0 and pre["ttft_ms"]["mean"] > 0
+    assert pre["prefill_wall"]["precision"] == "tf32_tensor"
+    assert data["memory"]["peak_allocated_bytes"] is None and "no GPU" in data["memory"]["note"]
+    breakdown = data["breakdown"]
+    launches = {row["kernel"]: row["launches"] for row in breakdown["kernels"]}
+    # The first norm, then per layer QKV, RoPE, attention, O, add+norm, gate/up (SwiGLU fused), down, add+norm (the
+    # last one the final norm); and the LM head.
+    assert launches == {"rmsnorm": 61, "gemm-decode": 121, "rope": 30, "attention-decode": 30}
+    assert breakdown["floor_sum_us"] > 0 and breakdown["card"] == "rtx3090"
+    assert data["manifest"]["argv"][-1] == "--json" and data["manifest"]["versions"]["torch"]
+
+
+@pytest.mark.slow
+def test_random_weights_jsonl_and_markdown(tmp_path: Path) -> None:
+    args = ("bench", "--random-weights", "smollm2-135m", "--prompt-tokens", "6", "--gen-tokens", "2", "--reps", "1")
+    lines = run_cli(*args, "--depth", "0,4", "--jsonl")
+    assert lines.returncode == 0, lines.stderr
+    rows = [json.loads(line) for line in lines.stdout.splitlines()]
+    assert [r["depth"] for r in rows] == [0, 4] and all(r["model"]["quality"] == "n/a (random weights)" for r in rows)
+    markdown = run_cli(*args, "--markdown")
+    assert markdown.returncode == 0, markdown.stderr
+    head, rule, row = markdown.stdout.strip().splitlines()
+    assert head.startswith("| card | device | model |") and rule.startswith("|---|")
+    assert row.count("|") == head.count("|") and "random" in row
+
+
+def _gguf_of_architecture(path: Path, arch: str) -> Path:
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", __import__("numpy").zeros((4, 8), dtype="float32"))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize(("make", "needles"), [
+    (lambda tmp: tmp / "missing.gguf", ("no GGUF file at", "missing.gguf")),
+    (lambda tmp: _gguf_of_architecture(tmp / "gpt2.gguf", "gpt2"), ("holds a 'gpt2' model", "Llama")),
+    (lambda tmp: (tmp / "text.gguf").write_text("{}") and tmp / "text.gguf", ("is not a readable GGUF file",)),
+])
+def test_bad_gguf_files_are_one_line_errors(tmp_path: Path, make, needles) -> None:
+    path = make(tmp_path)
+    _error(run_cli("bench", "--gguf", str(path)), str(path.name), *needles)
+
+
+def test_a_truncated_gguf_is_refused_before_loading(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.gguf"
+    with _pinned().open("rb") as src:
+        cut.write_bytes(src.read(40_000_000))  # the header and the first tensors, not the rest
+    _error(run_cli("bench", "--gguf", str(cut)), "cut.gguf", "truncated")
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (("--random-weights", "llama-3-70b"), ("exceeds 90% of the", "GB of available host memory", "--depth")),
+    (("--random-weights", "llama-3-8b", "--prompt", "hi"), ("random weights have no tokenizer", "--prompt-tokens")),
+    (("--random-weights", "llama-9"), ("llama-9",)),
+    (("--model", "gpt-4"), ("is not the pinned model",)),
+    (("--kv", "int8"), ("--kv int8 is not wired",)),
+    (("--dtype", "fp32", "--kv", "fp16"), ("--kv fp16 with --dtype fp32",)),
+    (("--depth", "-3"), ("depth",)),
+    (("--gen-tokens", "0"), ("--gen-tokens",)),
+])
+def test_bad_requests_are_one_line_errors(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
+    _error(run_cli("bench", *args), *needles)
+
+
+@pytest.mark.slow
+def test_a_prompt_longer_than_the_context_is_refused() -> None:
+    _pinned()
+    _error(run_cli("bench", "--prompt-tokens", "9000"), "9000", "context of 8192")
+
+
+def test_a_prompt_file_that_is_missing_or_empty(tmp_path: Path) -> None:
+    _error(run_cli("bench", "--prompt-file", str(tmp_path / "nope.txt")), "nope.txt")
+    (tmp_path / "empty.txt").write_text("  \n")
+    _error(run_cli("bench", "--prompt-file", str(tmp_path / "empty.txt")), "empty.txt", "is empty")
+
+
+def test_nvml_refusing_is_a_clear_error() -> None:
+    """On a machine without an NVIDIA driver, NVML (the real library) refuses; the bench says so in one line."""
+    import torch
+
+    from iotrace.model.power import NvmlUnavailableError, PowerMeter
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: NVML works")
+    with pytest.raises(NvmlUnavailableError, match="--no-power"):
+        PowerMeter(0)
+
+
+def test_bench_import_of_another_tools_file_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [], "schemaVersion": 1}))
+    _error(run_cli("bench", "import", str(trace)), "trace.json")
+
+
+def test_bench_import_reads_llama_bench_json() -> None:
+    fixture = Path(__file__).parent / "data" / "bench_import" / "llama_bench_readme_b5163.json"
+    result = run_cli("bench", "import", str(fixture), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert rows and all(r["engine"] == "llama.cpp" for r in rows)
+    table = run_cli("bench", "import", str(fixture), "--wide")
+    assert table.returncode == 0 and "Qwen2.5-7B-Instruct-Q4_K_M.gguf" in table.stdout
