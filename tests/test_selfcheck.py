@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["card ceilings (copy bandwidth, bf16 matmul)", "kernels against their references and baselines",
          "occupancy: iotrace against the CUDA driver", "tuner: static tune and replay of the committed sweeps",
-         "profilers: ncu and nsys captures, loaded back"]
+         "profilers: ncu and nsys captures, loaded back",
+         "model bench: SmolLM2-135M on the torch path (CPU figures)"]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def test_cpu_selfcheck_checks_every_kernel(cpu_run) -> None:
     result = json.loads((out / "results.json").read_text())
     assert (result["mode"], result["quick"], result["ok"]) == ("cpu", True, True)
     assert [step["name"] for step in result["steps"]] == STEPS
-    assert [step["status"] for step in result["steps"]] == ["skipped", "ok", "skipped", "ok", "skipped"]
+    assert [step["status"] for step in result["steps"]] == ["skipped", "ok", "skipped", "ok", "skipped", "ok"]
     rows = result["steps"][1]["rows"]
     builtin = {name for name, spec in kernels().items() if type(spec).__module__.startswith("iotrace.kernels.")}
     assert {row["kernel"] for row in rows} == builtin and len(rows) == len(builtin)
@@ -49,6 +50,10 @@ def test_cpu_selfcheck_checks_every_kernel(cpu_run) -> None:
     static, *replays = result["steps"][3]["rows"]
     assert (static["configs"], static["pruned"], static["basis"]) == (4, 1, "predicted")
     assert replays and all(r["model_evaluations_to_95pct"] is not None for r in replays)
+    bench_row, = result["steps"][5]["rows"]  # the pinned model on the torch path, its wall the card's
+    assert bench_row["device"].startswith("cpu") and bench_row["decode_tok_s"] > 0
+    assert bench_row["wall_from"] == "CardBook h100-sxm" and bench_row["of_wall"] == pytest.approx(
+        bench_row["decode_tok_s"] / bench_row["wall_tok_s"])
     assert all("synthesised" in r["how"].lower() for r in replays)  # no GPU has recorded a sweep yet, and they say so
 
 

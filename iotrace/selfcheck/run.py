@@ -21,7 +21,15 @@ def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None
     from iotrace.cards import detect
     from iotrace.kernels.backend import interpreting
     from iotrace.plugins import kernels
-    from iotrace.selfcheck import ceilings, driver_occupancy, environment, kernel_checks, profiler_checks, tuner_checks
+    from iotrace.selfcheck import (
+        ceilings,
+        driver_occupancy,
+        environment,
+        kernel_checks,
+        model_bench,
+        profiler_checks,
+        tuner_checks,
+    )
 
     if budget_s <= 0:
         raise InvalidValueError(f"--budget {budget_s:g} s leaves no time", "give a positive number of seconds")
@@ -70,6 +78,9 @@ def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None
           (lambda s: profiler_checks.capture_all(s, specs, out, card.key, quick, out_of_time)) if gpu else
           (lambda s: s.skip("no GPU: Nsight Compute and Nsight Systems need one (the orchestration is tested "
                             "with stand-in tools in tests/test_profilers.py)")))
+    timed("model bench: SmolLM2-135M and Llama-3-8B decoded by the kernels, beside the walls and transformers"
+          if gpu else "model bench: SmolLM2-135M on the torch path (CPU figures)",
+          lambda s: model_bench.run_benches(s, card, gpu, quick, out_of_time))
     result = SelfcheckResult("gpu" if gpu else "cpu", quick, environment.collect(card, gpu), steps,
                              time.perf_counter() - started)
     write(result, out)
