@@ -145,3 +145,28 @@ def test_triton_path_under_the_interpreter_matches_the_torch_path(ours: LlamaWei
         assert (lt - lr).abs().max().item() < 2e-2 * scale
         token_ref, token_tri = lr.argmax(-1), lt.argmax(-1)
         assert token_ref == token_tri
+
+
+def test_a_long_prompt_takes_the_tiled_gemm_and_swiglu_kernels_under_the_interpreter() -> None:
+    """More than 64 prompt rows run the tiled GEMM (weights as a transposed view) and the SwiGLU kernel instead of
+    the decode GEMM: a tiny random Llama, interpreted in fp16, against the torch path in fp32."""
+    from iotrace.cards import lookup
+    from iotrace.kernels.backend import interpreting
+    from iotrace.model.gguf_file import LlamaConfig
+    from iotrace.model.ops import TritonOps
+    from iotrace.model.weights import random_weights
+
+    if not interpreting():
+        pytest.skip("runs the Triton interpreter on a CPU")
+    config = LlamaConfig(name="tiny", layers=1, hidden=128, heads=2, kv_heads=1, head_dim=64, intermediate=96,
+                         vocab=128, rope_theta=10000.0, rms_eps=1e-5, context_length=256, tied_embeddings=False,
+                         rope_interleaved=False)
+    w32 = random_weights(config, torch.float32, "cpu", seed=3)
+    w16 = _truncated(w32, 1, torch.float16)
+    ids = torch.randint(0, config.vocab, (1, 70), generator=torch.Generator().manual_seed(5))
+    tri = TritonOps(lookup("h100"), nvtx=False)
+    expected = Decoder(w32, TorchOps(), 1, 80).prefill(ids, all_logits=True)[0]
+    with tri.recording() as calls:
+        got = Decoder(w16, tri, 1, 80).prefill(ids, all_logits=True)[0].float()
+    assert {c.kernel for c in calls} >= {"gemm", "swiglu", "attention-prefill", "rope", "rmsnorm"}
+    assert (got - expected).abs().max().item() < 2e-2 * expected.abs().max().item()

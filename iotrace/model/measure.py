@@ -188,16 +188,25 @@ def _prompt_ids(request: BenchRequest, tokenizer: Any, vocab: int) -> list[int]:
 def _load(request: BenchRequest, dtype: torch.dtype, device: str,
           kv_bytes_of: Callable[[Any], float]) -> tuple[LlamaWeights, Any]:
     from iotrace.model.gguf_file import open_gguf, pinned_gguf
-    from iotrace.model.weights import check_fits, from_gguf, random_config, random_weights
+    from iotrace.model.weights import (
+        check_fits,
+        from_gguf,
+        prefill_activation_bytes,
+        random_config,
+        random_weights,
+    )
 
     element = torch.tensor([], dtype=dtype).element_size()
+    # The longest prefill fills the deepest cache at once: its activations are part of the peak.
+    rows = request.batch * (max(request.depths) + max(request.prompt_tokens or 0, 64))
     if request.random_weights is not None:
         config = random_config(request.random_weights)
-        check_fits(config, element, kv_bytes_of(config), device)
+        check_fits(config, element, kv_bytes_of(config), device, prefill_activation_bytes(config, rows, element))
         return random_weights(config, dtype, device, request.seed), None
     path = request.gguf if request.gguf is not None else pinned_gguf()
     gguf = open_gguf(path)
-    check_fits(gguf.config, element + 4 if device == "cpu" else element, kv_bytes_of(gguf.config), device)
+    check_fits(gguf.config, element + 4 if device == "cpu" else element, kv_bytes_of(gguf.config), device,
+               prefill_activation_bytes(gguf.config, rows, element))
     tokenizer = None
     if request.prompt_tokens is None:
         from iotrace.model.tokenizer import gguf_tokenizer

@@ -102,7 +102,8 @@ class Ops:
         if not swiglu:
             self._gemm(x, w, out, config)
             return
-        gate_up = self._scratch((m, n), x.dtype, x.device)
+        # Allocated per call (torch's caching allocator reuses it): a prefill's product is too big to keep.
+        gate_up = torch.empty((m, n), dtype=x.dtype, device=x.device)
         self._gemm(x, w, gate_up, config)
         self._swiglu(gate_up, out, self._config("swiglu", {"tokens": m, "ffn": n // 2}, x.dtype))
 
@@ -134,7 +135,8 @@ class Ops:
         self._decode_attention(q, k_cache, v_cache, context_lens, out, config)
 
     def _scratch(self, shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        # Intermediate buffers (the unfused gate/up product, the lse the decoder does not use): one per shape.
+        # The decode step's scratch (the lse it does not use): one per shape, allocated once, so a captured CUDA
+        # graph and every later step write the same memory.
         key = (*shape, str(device), dtype)
         if key not in self._buffers:
             self._buffers[key] = torch.empty(shape, dtype=dtype, device=device)
@@ -289,7 +291,7 @@ class TritonOps(Ops):
     def _prefill_attention(self, q, k, v, cu_seqlens, max_len, out, config) -> None:
         from iotrace.kernels.attention_prefill import flash_prefill
 
-        lse = self._scratch((q.shape[1], q.shape[0]), torch.float32, q.device)
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
         with self._in_range("attention-prefill", config):
             flash_prefill(q, k, v, cu_seqlens, cu_seqlens, max_len, out, lse, True, config, validate=False)
 

@@ -22,7 +22,8 @@ from iotrace.errors import InvalidValueError
 from iotrace.model.gguf_file import GGUFModel, LlamaConfig
 from iotrace.model_shapes import model as model_shape
 
-__all__ = ["LayerWeights", "LlamaWeights", "check_fits", "from_gguf", "random_config", "random_weights"]
+__all__ = ["LayerWeights", "LlamaWeights", "check_fits", "from_gguf", "prefill_activation_bytes", "random_config",
+           "random_weights"]
 
 #: RoPE base of the Llama 3 family (config.json rope_theta); the other models.toml shapes use 10000 or their own.
 _ROPE_THETA = {"llama-3-8b": 500000.0, "llama-3-70b": 500000.0, "mistral-7b": 10000.0, "gemma-2-27b": 10000.0,
@@ -133,14 +134,25 @@ def _available_bytes(device: str) -> tuple[float, str]:
     return float(pages * page), "available host memory"
 
 
-def check_fits(config: LlamaConfig, element_bytes: int, kv_bytes: float, device: str) -> None:
-    """Refuse a run whose weights plus KV cache (identity 3, computed before allocating) exceed the memory there is;
-    a GGUF run also holds fp32 copies while dequantising, which the 10% headroom covers for small models."""
+def prefill_activation_bytes(config: LlamaConfig, rows: int, element_bytes: int) -> float:
+    """The largest activations a prefill of ``rows`` tokens holds at once: the residual stream, its norm, the QKV
+    product, the attention output, the gate/up product and the SwiGLU output (the last two at 3 · FFN)."""
+    qkv = (config.heads + 2 * config.kv_heads) * config.head_dim
+    return float(rows) * (3 * config.hidden + qkv + config.heads * config.head_dim + 3 * config.intermediate) \
+        * element_bytes
+
+
+def check_fits(config: LlamaConfig, element_bytes: int, kv_bytes: float, device: str,
+               activation_bytes: float = 0.0) -> None:
+    """Refuse a run whose weights, KV cache (identity 3) and largest prefill activations, computed before allocating,
+    exceed the memory there is; a GGUF run also holds fp32 copies while dequantising, which the 10% headroom covers
+    for small models."""
     weights = config.params * element_bytes
-    need = weights + kv_bytes
+    need = weights + kv_bytes + activation_bytes
     have, what = _available_bytes(device)
     if need > 0.9 * have:
         raise InvalidValueError(
-            f"{config.name}: weights {weights / 1e9:.1f} GB + KV cache {kv_bytes / 1e9:.1f} GB = {need / 1e9:.1f} GB "
+            f"{config.name}: weights {weights / 1e9:.1f} GB + KV cache {kv_bytes / 1e9:.1f} GB + prefill activations "
+            f"{activation_bytes / 1e9:.1f} GB = {need / 1e9:.1f} GB "
             f"exceeds 90% of the {have / 1e9:.1f} GB of {what}",
             "lower --depth, --batch or --gen-tokens, use --kv int8, or pick a smaller model")
