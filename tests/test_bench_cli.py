@@ -83,6 +83,14 @@ def test_random_weights_jsonl_and_markdown(tmp_path: Path) -> None:
     assert row.count("|") == head.count("|") and "random" in row
 
 
+@pytest.mark.slow
+def test_sampling_is_seeded() -> None:
+    args = ("bench", "--random-weights", "smollm2-135m", "--prompt-tokens", "4", "--gen-tokens", "6", "--reps", "1",
+            "--temperature", "1.0", "--json")
+    runs = [json.loads(run_cli(*args, "--seed", seed).stdout)["generated"]["ids"][0] for seed in ("1", "1", "2")]
+    assert runs[0] == runs[1] != runs[2] and all(0 <= t < 49152 for t in runs[0]) and len(runs[0]) == 7
+
+
 def _gguf_of_architecture(path: Path, arch: str) -> Path:
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(1)
@@ -120,6 +128,7 @@ def test_a_truncated_gguf_is_refused_before_loading(tmp_path: Path) -> None:
     (("--dtype", "fp32", "--kv", "fp16"), ("--kv fp16 with --dtype fp32",)),
     (("--depth", "-3"), ("depth",)),
     (("--gen-tokens", "0"), ("--gen-tokens",)),
+    (("--temperature", "-1"), ("temperature", ">= 0")),
 ])
 def test_bad_requests_are_one_line_errors(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
     _error(run_cli("bench", *args), *needles)

@@ -28,6 +28,16 @@ def _depths(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"temperature {text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"temperature {text!r} must be a finite number >= 0")
+    return value
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser(
         "bench", help="prefill and decode tok/s of a real model built from iotrace's kernels, beside the walls",
@@ -61,7 +71,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_card(bench, " for the walls (default: $IOTRACE_CARD, then the local GPU; none on a CPU)")
     bench.add_argument("--no-graph", action="store_true", help="launch the decode step eagerly (no CUDA graph)")
     bench.add_argument("--no-power", action="store_true", help="do not read NVML energy")
-    bench.add_argument("--seed", type=int, default=0, help="seed of random weights and random prompt tokens")
+    bench.add_argument("--seed", type=int, default=0,
+                       help="seed of random weights, random prompt tokens and sampling (default 0)")
+    bench.add_argument("--temperature", type=_temperature, default=0.0, metavar="T",
+                       help="0 (the default): greedy; above 0: sample from softmax(logits / T)")
     out = bench.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the result as JSON")
     out.add_argument("--jsonl", action="store_true", help="one JSON line per depth (prefill figures on each)")
@@ -117,7 +130,8 @@ def _request(args: argparse.Namespace):
                         gguf=args.gguf, random_weights=args.random_weights, prompt=text, prompt_tokens=tokens,
                         gen_tokens=args.gen_tokens, batch=args.batch, depths=args.depth, reps=args.reps,
                         dtype=args.dtype, kv=args.kv, kernels=args.kernels, card=args.card,
-                        graph=not args.no_graph, power=not args.no_power, seed=args.seed)
+                        graph=not args.no_graph, power=not args.no_power, seed=args.seed,
+                        temperature=args.temperature)
 
 
 def _card(name: str | None):

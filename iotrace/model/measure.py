@@ -56,6 +56,8 @@ class BenchRequest:
     graph: bool = True
     power: bool = True
     seed: int = 0
+    #: 0: greedy; above 0: sampled from softmax(logits / temperature), seeded by ``seed``
+    temperature: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -161,14 +163,23 @@ class _Clock:
         return [b - a for a, b in zip(self.marks, self.marks[1:], strict=False)]
 
 
-def _generate(decoder: Decoder, first: torch.Tensor, steps: int, clock: _Clock | None) -> list[torch.Tensor]:
-    """Greedy decoding of ``steps`` tokens from ``first`` (B,); marks the clock after every step."""
+def _next_token(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Greedy (temperature 0) or sampled from softmax(logits / temperature), on the logits' device."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def _generate(decoder: Decoder, first: torch.Tensor, steps: int, clock: _Clock | None, temperature: float = 0.0,
+              generator: torch.Generator | None = None) -> list[torch.Tensor]:
+    """Decode ``steps`` tokens from ``first`` (B,), greedy or sampled; marks the clock after every step."""
     tokens, current = [], first
     if clock is not None:
         clock.mark()
     for _ in range(steps):
         logits = decoder.decode(current)
-        current = logits.argmax(-1)
+        current = _next_token(logits, temperature, generator)
         tokens.append(current)
         if clock is not None:
             clock.mark()
@@ -300,7 +311,9 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
                 continue
             clock = _Clock(weights.device)
             started = meter.start() if meter is not None else None
-            tokens = _generate(decoder, first, request.gen_tokens, clock)
+            generator = torch.Generator(device=weights.device).manual_seed(request.seed + rep)
+            first = _next_token(logits, request.temperature, generator)
+            tokens = _generate(decoder, first, request.gen_tokens, clock, request.temperature, generator)
             steps = clock.intervals_s()
             if meter is not None:
                 reading = meter.stop(started, request.batch * request.gen_tokens)
