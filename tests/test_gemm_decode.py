@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 from iotrace.cards import lookup
 from iotrace.errors import InvalidValueError
 from iotrace.kernels.backend import interpreting
-from iotrace.kernels.gemm_decode import MAX_M, GemmDecodeSpec, _gemm_decode_launches, gemm_decode, reference_decode
+from iotrace.kernels.gemm_decode import (
+    MAX_M,
+    GemmDecodeSpec,
+    _gemm_decode_launches,
+    gemm_decode,
+    interpreter_config,
+    reference_decode,
+)
 from iotrace.runner import check_outputs
 from tests.conftest import check_kernel
 
@@ -90,6 +97,10 @@ def test_row_views_of_bigger_buffers(split_k: int) -> None:
 
 
 def test_default_config_runs_when_none_is_given() -> None:
+    # Under the interpreter a call without a config takes interpreter_config: no split, the widest tiles.
+    for name in SPEC.presets:
+        shape = SPEC.shape_for(name)
+        assert interpreter_config(shape) in SPEC.space(shape, "fp32", lookup("h100")), name
     gen = torch.Generator().manual_seed(5)
     x, w = torch.randn(2, 40, generator=gen), torch.randn(66, 40, generator=gen) / 40**0.5
     out = torch.empty(2, 33)
@@ -174,7 +185,7 @@ def test_bad_inputs_name_the_values() -> None:
         gemm_decode(x, torch.zeros(16, 9), out, config=SMALL)
     with pytest.raises(InvalidValueError, match=r"out \(2, 16\)"):  # swiglu writes (M, N/2)
         gemm_decode(x, w, out, swiglu=True, config=SMALL)
-    with pytest.raises(InvalidValueError, match="even N .* got N=15"):
+    with pytest.raises(InvalidValueError, match=r"even N .* got N=15"):
         SPEC.check_shape({"M": 2, "N": 15, "K": 8, "swiglu": 1})
     with pytest.raises(InvalidValueError, match="float32, float16"):
         gemm_decode(x, w.half(), out, config=SMALL)

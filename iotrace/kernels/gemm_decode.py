@@ -13,15 +13,17 @@ fp32 accumulation: out = x · wᵀ (M, N). Two fused epilogues:
 
 Why split-K. The tiled ``gemm`` spends 16+ row tiles on one token; here a program owns BLOCK_N output columns for all
 M rows (M ≤ 64, so one row tile), and reads its BLOCK_N rows of w once. At batch 1 that is N / BLOCK_N programs, too
-few to fill the SMs when N is small (N = 576 at BLOCK_N 64 is 9 programs on a 132-SM H100), so K is split as well:
+few to fill the SMs when N is small (N = 576 at BLOCK_N 128 is 5 programs on a 132-SM H100), so K is split as well:
 SPLIT_K programs per column block each reduce a contiguous K range into fp32 partials (SPLIT_K, M, N), and a small
 second kernel sums the partials in a fixed order and applies the epilogue, deterministic (no atomics). It is the
 split-K GEMM of CUTLASS ("parallel" split-K reduction) and the idea of Flash-Decoding (Dao, Haziza, Massa, Sizov
 2023), which splits the KV sequence of decode attention for the same reason; :meth:`GemmDecodeSpec.default_config`
 picks SPLIT_K for about two programs per SM. SPLIT_K = 1 is one launch with the epilogue in it.
 
-M = 1 is a true GEMV (broadcast-multiply and row sums on CUDA cores, no padding); M = 2..64 pads the rows to
-BLOCK_M = max(16, next_pow2(M)) for tl.dot (tensor cores; the padding is free, the kernel waits on w anyway).
+Small M: the rows are padded to BLOCK_M = max(16, next_pow2(M)) for tl.dot, M = 1 included (a GEMV on tensor
+cores). The padding is free, since the kernel waits on w anyway (16 FLOP/B of padded work at M = 1, far below every
+ridge), and tl.dot lets Triton's pipeliner stage the w tiles in shared memory num_stages deep. fp32 operands use
+IEEE fp32 products (no TF32), FMA units then.
 
 Cost (identity 4): FLOPs = 2·M·N·K (+ M·N for the residual add, + about 5·M·F for silu·mul); minimum bytes = w
 once (N·K·e) + x (M·K·e) + out (M·N_out·e, N_out = F with swiglu) (+ M·N·e residual read). The weights dominate:
@@ -62,7 +64,7 @@ from iotrace.plugins.spec import (
 if TYPE_CHECKING:
     from iotrace.cards import Card
 
-__all__ = ["MAX_M", "GemmDecodeSpec", "gemm_decode"]
+__all__ = ["MAX_M", "GemmDecodeSpec", "gemm_decode", "interpreter_config", "reference_decode"]
 
 #: The most token rows the decode kernel takes; more rows are the tiled ``gemm`` kernel's work.
 MAX_M = 64
@@ -226,6 +228,18 @@ def _gemm_decode_launches(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, r
     return launches
 
 
+def interpreter_config(shape: Mapping[str, int]) -> Config:
+    """The config a call without one uses under the Triton interpreter (no SMs to fill): no K split, and tiles as
+    wide as the space allows, since the interpreter's cost is per program and K step (numpy does the arithmetic).
+
+    SmolLM2-135M's four projections of one layer (fp32, M = 1 or 32) take about 0.3-0.5 s interpreted on one core
+    with it, 1-2.5 s under an H100's default, whose K splits multiply the programs; its LM head takes about 3 s.
+    """
+    bn = 64 if shape["swiglu"] else 128
+    return {"BLOCK_N": bn, "BLOCK_K": min(256, max(32, triton.next_power_of_2(shape["K"]))), "SPLIT_K": 1,
+            "num_warps": 4, "num_stages": 1}
+
+
 @cache
 def _default_card() -> Card:
     """The card a call without a config is tuned for: $IOTRACE_CARD or the local GPU, else an H100."""
@@ -237,15 +251,17 @@ def _default_card() -> Card:
         return lookup("h100")
 
 
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The byte range [start, end) a strided tensor reaches."""
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the memory a and b span overlaps (same storage, intersecting byte ranges)."""
+    """Whether the memory a and b reach overlaps (one storage, intersecting byte ranges); no device access."""
     if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return False
-    def span(t: torch.Tensor) -> tuple[int, int]:
-        start = t.data_ptr()
-        return start, start + (sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) + 1) * \
-            t.element_size()
-    (a0, a1), (b0, b1) = span(a), span(b)
+    (a0, a1), (b0, b1) = _span(a), _span(b)
     return a0 < b1 and b0 < a1
 
 
@@ -257,7 +273,8 @@ def gemm_decode(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: t
     stacked along N); fp16, bf16 or fp32, all one dtype, each with a contiguous last dimension (row strides are
     free, so x may be rows of a bigger buffer). ``out`` may be ``residual`` itself (in-place residual update) but
     must not overlap x. ``config`` (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) defaults to
-    :meth:`GemmDecodeSpec.default_config` for ``$IOTRACE_CARD`` or the local GPU, else an H100.
+    :meth:`GemmDecodeSpec.default_config` for ``$IOTRACE_CARD`` or the local GPU (else an H100), and under the
+    Triton interpreter to :func:`interpreter_config`.
     """
     if x.dim() != 2 or w.dim() != 2 or out.dim() != 2:
         raise InvalidValueError(f"gemm-decode needs 2-D tensors: x {tuple(x.shape)}, w {tuple(w.shape)}, "
@@ -281,7 +298,7 @@ def gemm_decode(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: t
                                 "x is (M, K), w is (N, K), out and residual are (M, N); out is (M, N/2) with swiglu")
     tensors = [t for t in (x, w, out, residual) if t is not None]
     if x.dtype not in _DTYPE_NAMES or any(t.dtype != x.dtype for t in tensors):
-        raise InvalidValueError(f"gemm-decode needs x, w, out (and residual) of one dtype of fp16, bf16, fp32; got "
+        raise InvalidValueError("gemm-decode needs x, w, out (and residual) of one dtype of fp16, bf16, fp32; got "
                                 + ", ".join(str(t.dtype).removeprefix("torch.") for t in tensors),
                                 "cast them to one dtype")
     if any(t.stride(-1) != 1 for t in tensors):
@@ -295,7 +312,8 @@ def gemm_decode(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, residual: t
                                 "pass residual=out exactly (in place) or a separate buffer")
     if config is None:
         shape = {"M": M, "N": N, "K": K, "residual": int(residual is not None), "swiglu": int(swiglu)}
-        config = GemmDecodeSpec().default_config(shape, _DTYPE_NAMES[x.dtype], _default_card())
+        config = interpreter_config(shape) if interpreting() else \
+            GemmDecodeSpec().default_config(shape, _DTYPE_NAMES[x.dtype], _default_card())
     for launch in _gemm_decode_launches(x, w, out, residual, swiglu, config, interpreting()):
         launch()
 
@@ -335,8 +353,8 @@ class GemmDecodeSpec(KernelSpec):
     shape_flags: ClassVar[tuple[str, ...]] = ("residual", "swiglu")
     presets: ClassVar[dict[str, Shape]] = _model_presets()
     default_shape: ClassVar[Shape] = {"M": 3, "N": 83, "K": 130, "residual": 1}
-    # M·N·K: the interpreter's cost is per program and K step, numpy does the arithmetic; a 33 x 1023 x 513 call
-    # (SPLIT_K 1) takes well under a second on one core.
+    # M·N·K: the interpreter's cost is per program and K step, numpy does the arithmetic; at this budget a reduced
+    # preset (e.g. M=1, N=1025, K=1793 under its H100 default, SPLIT_K 8) takes about half a second on one core.
     interpreter_budget: ClassVar[int] = 2_000_000
 
     def check_shape(self, shape: Mapping[str, int]) -> Shape:
@@ -353,7 +371,8 @@ class GemmDecodeSpec(KernelSpec):
         return out
 
     def reduce_shape(self, shape: Shape, max_elements: int) -> Shape:
-        """Halved as usual, on F = N/2 with swiglu so N stays even; M is kept when possible (it picks the path)."""
+        """Halved as usual but on N and K only (M sets BLOCK_M, and is at most 64), on F = N/2 with swiglu so N stays
+        even."""
         if shape["M"] * shape["N"] * shape["K"] <= max_elements:
             return dict(shape)
         half = 2 if shape["swiglu"] else 1
@@ -424,8 +443,8 @@ class GemmDecodeSpec(KernelSpec):
         n_out = N // 2 if swiglu else N
         flops = 2.0 * M * N * K + residual * M * N + swiglu * 5 * M * n_out
         nbytes = float(N * K * e + M * K * e + M * n_out * e + residual * M * N * e)
-        # M = 1 multiplies on CUDA cores (no tl.dot), as does fp32 (IEEE products); else tensor cores.
-        peak = "fp32" if M == 1 or dtype == "fp32" else DTYPE_PEAK[dtype]
+        # fp32 multiplies with IEEE products on FMA units (no TF32); 16-bit types on tensor cores.
+        peak = "fp32" if dtype == "fp32" else DTYPE_PEAK[dtype]
         return Cost(flops, nbytes, peak, "FLOPs = 2·M·N·K (+ M·N residual, + 5·M·F silu·mul, F = N/2); bytes = "
                                          "N·K·e [w once] + M·K·e [x] + M·N_out·e [out] (+ M·N·e [residual])")
 
@@ -443,18 +462,34 @@ class GemmDecodeSpec(KernelSpec):
         return configs
 
     def default_config(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> Config:
-        """Wide w tiles (128 rows, or 64 gate + 64 up rows, by 256 columns of K at M <= 16, 128 above), narrowed along
-        K until three stages fit the card's shared memory (up to four are used where they fit); then SPLIT_K for about two programs per SM, each split at
-        least one K block (a K that is too short for that first halves BLOCK_K, down to 128). Wide tiles also keep
-        the interpreted call short: the interpreter's cost is per program and K step."""
+        """Wide w tiles where the registers allow, narrowed along K until three stages fit the card's shared memory,
+        then SPLIT_K for about two programs per SM, each split at least one K block (a K too short for that first
+        halves BLOCK_K, down to 128). Wide tiles also keep an interpreted call short: the interpreter's cost is per
+        program and K step, so a CPU run (tuned for an H100 when no GPU is found) wants them too.
+
+        Tiles (BLOCK_N x BLOCK_K), checked by static compiles for sm_80 and sm_90 (no spill on any preset, the default
+        shape, M = 64 and a ragged swiglu shape, in every dtype; sm_86 and sm_89 on a sample): 128 x 256 at M <= 16
+        and 128 x 128 above (64 gate + 64 up rows with swiglu); fp32 on sm_8x, whose IEEE fp32 dot runs on FMA units
+        and holds its operands in registers, 64 x 64 up to 32 rows and 32 x 32 at 64; rows not 16-byte aligned
+        (K·e % 16 != 0: no vector loads, a pointer per element) 64 x 64 (32 x 64 with swiglu or FMA).
+        """
         M, N, K, swiglu = shape["M"], shape["N"], shape["K"], shape["swiglu"]
         e = DTYPE_BYTES[self.check_dtype(dtype)]
         n_out = N // 2 if swiglu else N
         block_m = _block_m(M)
-        bn = 64 if swiglu else 128
-        k_cap = max(32, triton.next_power_of_2(K))
-        bk = min(256 if M <= 16 else 128, k_cap)
         limit = card.sm_limits.smem_per_block_optin
+        fma = dtype == "fp32" and card.sm_limits.cc < (9, 0)
+        if (K * e) % 16:
+            bn, bk, warps = (32 if swiglu or fma else 64), 64, 4
+        elif fma:
+            bn = 32 if swiglu or block_m >= 64 else 64
+            bk, warps = (64 if block_m <= 32 else 32), 8
+        else:
+            bn, bk = (64 if swiglu else 128), (256 if block_m == 16 else 128)
+            # 32+ rows on a card with under 128 KiB of shared memory per block (sm_86, sm_89): 4 warps spill a few
+            # bytes at the narrower K blocks that fit there, 8 do not.
+            warps = 8 if block_m >= 64 or (block_m >= 32 and limit < 128 * 1024) else 4
+        bk = min(bk, max(32, triton.next_power_of_2(K)))
 
         def per_stage(bk: int) -> int:  # the x tile and the w tile(s) Triton stages in shared memory
             return (block_m * bk + (1 + swiglu) * bn * bk) * e
@@ -467,9 +502,10 @@ class GemmDecodeSpec(KernelSpec):
         split_k = 1
         while split_k * 2 <= min(math.ceil(want / programs), triton.cdiv(K, bk), 16):
             split_k *= 2
-        stages = max(1, min(4, limit // per_stage(bk)))
-        return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split_k, "num_warps": 8 if block_m >= 64 else 4,
-                "num_stages": stages}
+        # Four stages at 16 rows (three spill a few bytes at 128 x 128 on sm_90), three above, fewer where they do
+        # not fit.
+        stages = max(1, min(4 if block_m == 16 else 3, limit // per_stage(bk)))
+        return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split_k, "num_warps": warps, "num_stages": stages}
 
     def compile_units(self, shape: Shape, dtype: str, config: Config,
                       backend: str = DEFAULT_BACKEND) -> list[TritonUnit]:
