@@ -10,14 +10,15 @@ STAMP := $(VENV)/.installed
 tour: $(STAMP)
 	$(BIN)/iotrace tour
 
-# The whole suite: about 13 minutes on two cores once .venv exists (12 min 31 s measured in a clean clone; the
+# The whole suite: about 21 minutes on two cores once .venv exists (19 min 11 s measured in a clean clone; the
 # first run adds the venv build, about a minute).
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 # The suite without the tests marked slow (Triton-interpreter kernel checks, cold compiles, the fuzz and header
-# harness runs, real-browser pages): 3 min 42 s measured; run `make test` before you push.
+# harness runs, real-browser pages, the model against transformers): 5 min 7 s measured; run `make test` before you
+# push.
 test-fast: $(STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not slow"
