@@ -36,11 +36,15 @@ def _start(cache: Path, n: int = SLOW) -> subprocess.Popen[str]:
 def _rows(cache: Path) -> list[tuple[str, str, str, int | None]]:
     if not cache.exists():
         return []
-    with sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=30) as db:
-        try:
-            return db.execute("SELECT config, status, run_id, verified FROM results").fetchall()
-        except sqlite3.OperationalError:  # the table is not created yet
-            return []
+    # A plain connection, not ?mode=ro: a read-only one cannot create the WAL index (-shm) of a database in WAL mode,
+    # so when it opened first it failed on every poll and the sweep finished unseen (the ctrl-c test then saw exit 0).
+    db = sqlite3.connect(cache, timeout=30)
+    try:
+        return db.execute("SELECT config, status, run_id, verified FROM results").fetchall()
+    except sqlite3.OperationalError:  # the table is not created yet
+        return []
+    finally:
+        db.close()
 
 
 def _integrity(cache: Path) -> str:
