@@ -95,6 +95,13 @@ def test_ctrl_c_mid_sweep_is_one_line_exit_130_and_keeps_the_cache(tmp_path: Pat
     deadline = time.monotonic() + 180
     while len(_rows(cache)) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    seen = len(_rows(cache))
+    if proc.poll() is not None:
+        # The precondition failed, not the behaviour: the sweep ended before two rows were seen, so no interrupt
+        # could land mid-sweep (seen in full clean-clone runs only; see the issue-18 closing note).
+        _, err = proc.communicate(timeout=60)
+        pytest.skip(f"the sweep finished (exit {proc.returncode}, {seen} rows seen) before the interrupt could be "
+                    f"sent mid-sweep: {err.strip()[-200:]}")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
