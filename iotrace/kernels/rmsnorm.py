@@ -15,7 +15,7 @@ beside this file, one block per row, launched through CuPy).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -27,7 +27,7 @@ import triton.language as tl
 
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.model_shapes import model
-from iotrace.plugins import hookimpl
+from iotrace.plugins import checks, hookimpl
 from iotrace.plugins.spec import (
     DEFAULT_BACKEND,
     DTYPE_BYTES,
@@ -239,14 +239,8 @@ class RMSNormSpec(KernelSpec):
             variance = summed.float().pow(2).mean(-1, keepdim=True)
             return (summed.float() * torch.rsqrt(variance + EPS) * w.float()).to(x.dtype)
 
-        compiled: list[Callable[[], object]] = []
-
-        def compiled_once() -> object:  # torch.compile imports dynamo (seconds): only when this baseline runs
-            if not compiled:
-                compiled.append(torch.compile(eager))
-            return compiled[0]()
-
-        return {"eager torch": eager, "torch.compile": compiled_once, "copy of x": lambda: copy_dst.copy_(x)}
+        return {"eager torch": eager, "torch.compile": checks.compiled_on_first_call(eager),
+                "copy of x": lambda: copy_dst.copy_(x)}
 
     def reference(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         x = inputs["x"]

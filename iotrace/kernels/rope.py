@@ -26,7 +26,7 @@ is under 1 FLOP/B: memory-bound, and its figure of merit is GB/s.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -35,7 +35,7 @@ import triton.language as tl
 
 from iotrace.errors import InvalidValueError
 from iotrace.model_shapes import model
-from iotrace.plugins import hookimpl
+from iotrace.plugins import checks, hookimpl
 from iotrace.plugins.spec import (
     DEFAULT_BACKEND,
     DTYPE_BYTES,
@@ -328,14 +328,7 @@ class RopeSpec(KernelSpec):
             q_out.copy_(rope_reference(q, positions, cos_sin, interleaved))
             return k_out.copy_(rope_reference(k, positions, cos_sin, interleaved))
 
-        compiled: list[Callable[[], object]] = []
-
-        def compiled_once() -> object:  # torch.compile imports dynamo (seconds): only when this baseline runs
-            if not compiled:
-                compiled.append(torch.compile(eager))
-            return compiled[0]()
-
-        return {"eager torch": eager, "torch.compile": compiled_once}
+        return {"eager torch": eager, "torch.compile": checks.compiled_on_first_call(eager)}
 
     def tolerance(self, dtype: str) -> Tolerance:
         # fp32 math on the same cos/sin as the reference; the output is rounded once (fp16: 2^-11 relative; bf16:

@@ -18,7 +18,7 @@ figure of merit is GB/s.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -27,7 +27,7 @@ import triton.language as tl
 
 from iotrace.errors import InvalidValueError
 from iotrace.model_shapes import model
-from iotrace.plugins import hookimpl
+from iotrace.plugins import checks, hookimpl
 from iotrace.plugins.spec import (
     DEFAULT_BACKEND,
     DTYPE_BYTES,
@@ -161,14 +161,7 @@ class SwiGLUSpec(KernelSpec):
         def eager() -> object:
             return torch.nn.functional.silu(gate) * up
 
-        compiled: list[Callable[[], object]] = []
-
-        def compiled_once() -> object:  # torch.compile imports dynamo (seconds): only when this baseline runs
-            if not compiled:
-                compiled.append(torch.compile(eager))
-            return compiled[0]()
-
-        return {"eager torch": eager, "torch.compile": compiled_once}
+        return {"eager torch": eager, "torch.compile": checks.compiled_on_first_call(eager)}
 
     def tolerance(self, dtype: str) -> Tolerance:
         # fp32 math; the output is rounded once (fp16: 2^-11 relative; bf16: 2^-8, and the interpreter truncates

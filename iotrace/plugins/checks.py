@@ -10,7 +10,7 @@ This module imports nothing heavy: kernel files import torch and Triton themselv
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from iotrace.errors import InvalidValueError
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from iotrace.cards import Card
 
-__all__ = ["SpecFields", "check_backend", "check_config", "check_dtype", "check_shape_keys", "halve_to_fit",
-           "launch_in_range", "requested_shape", "shape_for"]
+__all__ = ["SpecFields", "check_backend", "check_config", "check_dtype", "check_shape_keys", "compiled_on_first_call",
+           "halve_to_fit", "launch_in_range", "requested_shape", "shape_for"]
 
 # The shapes of iotrace.plugins.spec.Shape and .Config, spelled out: spec.py imports this module, not the reverse.
 Shape = dict[str, int]
@@ -177,3 +177,19 @@ def launch_in_range(spec: SpecFields, inputs: Mapping[str, torch.Tensor], output
 
     with kernel_range(spec.name, config):
         spec.launch_kernel(inputs, outputs, config, backend)
+
+
+def compiled_on_first_call(fn: Callable[[], object]) -> Callable[[], object]:
+    """A baseline that runs ``torch.compile(fn)``, compiled when first called: torch.compile imports dynamo (seconds),
+    so a spec builds it in ``baselines`` at no cost until the baseline is timed."""
+    compiled: list[Callable[[], object]] = []
+
+    def call() -> object:
+        if not compiled:
+            import torch
+
+            compiled.append(torch.compile(fn))
+        return compiled[0]()
+
+    return call
+
