@@ -22,7 +22,7 @@ import pandas as pd
 
 from iotrace.trace.errors import TraceFormatError
 
-__all__ = ["DEVICE_COLUMNS", "KERNEL_COLUMNS", "METRIC_COLUMNS", "RANGE_COLUMNS", "TRANSFER_COLUMNS", "TraceTables",
+__all__ = ["DEVICE_COLUMNS", "KERNEL_COLUMNS", "KernelTotal", "METRIC_COLUMNS", "RANGE_COLUMNS", "TRANSFER_COLUMNS", "TraceTables",
            "build"]
 
 # Column -> dtype. "Int64" is pandas' nullable integer: a missing value stays missing instead of becoming a float.
@@ -60,6 +60,15 @@ _DURATION_LIMIT = 1e16       # ns, about 115 days: no single kernel, range or su
 _VALUE_LIMIT = 1e30          # metric values: counters and rates stay far below this
 
 
+@dataclass(frozen=True)
+class KernelTotal:
+    """One kernel name's share of a trace: how many launches carried a duration and their summed time."""
+
+    name: str | None
+    launches: int
+    total_ns: float
+
+
 @dataclass
 class TraceTables:
     """Everything a profiler export holds, as tables. See the module docstring for the columns."""
@@ -81,6 +90,20 @@ class TraceTables:
         grand = grouped["total_ns"].sum()
         grouped["share_pct"] = 100.0 * grouped["total_ns"] / grand if grand > 0 else 0.0
         return grouped.sort_values("total_ns", ascending=False).head(n).reset_index()
+
+    def kernel_breakdown(self) -> list[KernelTotal]:
+        """Kernel time by name, largest first, without pandas: kernels with no duration are left out (as in
+        :meth:`top_kernels`); ties keep the order of first appearance."""
+        totals: dict[Any, list[float]] = {}
+        frame = self.kernels
+        for name, launches, duration in zip(frame["name"].tolist(), frame["launches"].tolist(),
+                                            frame["duration_ns"].tolist(), strict=True):
+            if duration == duration:  # NaN: no duration
+                entry = totals.setdefault(name, [0, 0.0])
+                entry[0] += launches
+                entry[1] += duration
+        rows = [KernelTotal(name, int(n), float(t)) for name, (n, t) in totals.items()]
+        return sorted(rows, key=lambda row: -row.total_ns)
 
     def counts(self) -> dict[str, int]:
         """Rows per table, and launches (a summary export has fewer rows than launches)."""

@@ -274,10 +274,21 @@ def _read(path: Any, events: list[Any], doc: dict[str, Any], schema: str | None 
         notes.append("ROCm trace: kernels carry no registers, grid or occupancy (roctracer does not record them)")
     meta = {"format": "kineto-json", "tool": "PyTorch profiler (Kineto)",
             "version": _version(doc), "schema": f"{schema} (schemaVersion {doc.get('schemaVersion', 'absent')})",
-            "notes": notes}
+            "notes": notes, **_distributed(doc)}
     return build(path, kernels=kernel_frame, ranges=range_frame.drop(columns=["key"], errors="ignore"),
                  metrics=pd.DataFrame(metrics, columns=["kernel_id", "metric", "value"]).assign(unit=None),
                  transfers=transfer_frame, devices=with_cards(devices), meta=meta)
+
+
+def _distributed(doc: dict[str, Any]) -> dict[str, Any]:
+    """``rank``, ``world_size`` and ``backend`` from the trace's ``distributedInfo`` (None where it has none)."""
+    info = doc.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    rank, world = int_or_none(info.get("rank")), int_or_none(info.get("world_size"))
+    backend = info.get("backend")
+    return {"rank": rank if rank is not None and rank >= 0 else None,
+            "world_size": world if world is not None and world > 0 else None,
+            "backend": backend if isinstance(backend, str) else None}
 
 
 def _version(doc: dict[str, Any]) -> str | None:
