@@ -1,7 +1,7 @@
 """Trace-side helpers. Importing this package imports nothing heavy."""
 
 # The public API, imported lazily so `import iotrace.trace` stays light (pandas loads on first use).
-__all__ = ["TraceFormatError", "TraceTables", "TraceToolError", "load"]
+__all__ = ["RankSet", "TraceFormatError", "TraceTables", "TraceToolError", "load", "load_ranks"]
 
 from iotrace.trace.errors import TraceFormatError, TraceToolError
 
@@ -11,6 +11,10 @@ def __getattr__(name: str):
         from iotrace.trace.loader import load
 
         return load
+    if name in ("load_ranks", "RankSet"):
+        from iotrace.trace import ranks
+
+        return getattr(ranks, name)
     if name == "TraceTables":
         from iotrace.trace.tables import TraceTables
 

@@ -1,4 +1,4 @@
-"""Nest ranges per thread and find the range path each kernel ran under.
+"""Nest ranges per thread and find the range path each kernel ran under, on numpy arrays (no pandas).
 
 A kernel runs on the GPU, but the NVTX range that explains it was open on the CPU thread that launched it. So the
 join goes through the launching API call (same correlation id in the kernel and runtime tables), then looks for
@@ -13,92 +13,99 @@ maximum depth steps.
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["PATH_SEPARATOR", "kernel_paths", "nest"]
+import numpy as np
+
+__all__ = ["PATH_SEPARATOR", "Nesting", "innermost", "nest", "nest_arrays"]
 
 #: Joins range names in ``kernels.nvtx_path``. Not "/": iotrace's own range names contain slashes.
 PATH_SEPARATOR = " > "
 
 
-def nest(ranges: pd.DataFrame) -> pd.DataFrame:
-    """``ranges`` (id, name, thread, start_ns, end_ns, nests) with ``depth``, ``parent_id`` and ``path`` added.
+@dataclass(frozen=True)
+class Nesting:
+    """Ranges nested per thread: per range (in the input order) its depth, its parent's position (-1: none) and
+    its path of names from the outermost range."""
 
-    Only rows with ``nests`` true (push/pop ranges) take part; others get depth 0 and no parent.
-    """
-    out = ranges.copy()
-    n = len(out)
+    threads: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    nests: np.ndarray
+    depth: np.ndarray
+    parent: np.ndarray
+    paths: np.ndarray
+
+
+def nest_arrays(threads: np.ndarray, starts: np.ndarray, ends: np.ndarray, nests: np.ndarray,
+                names: np.ndarray) -> Nesting:
+    """Nest ranges given as arrays: ``threads`` (int64, -1 where unknown), ``starts``/``ends`` (int64 ns),
+    ``nests`` (bool: push/pop ranges take part; others get depth 0 and no parent), ``names`` (object)."""
+    n = len(starts)
     depth = np.zeros(n, dtype=np.int64)
     parent = np.full(n, -1, dtype=np.int64)
-    paths = out["name"].astype("object").to_numpy(copy=True)
+    paths = np.array(names, dtype=object, copy=True)
     if n:
-        order = np.lexsort((-out["end_ns"].to_numpy(dtype=np.int64), out["start_ns"].to_numpy(dtype=np.int64),
-                            out["thread"].fillna(-1).to_numpy(dtype=np.int64)))
-        threads = out["thread"].fillna(-1).to_numpy(dtype=np.int64)
-        starts = out["start_ns"].to_numpy(dtype=np.int64)
-        ends = out["end_ns"].to_numpy(dtype=np.int64)
-        nests = out["nests"].to_numpy(dtype=bool)
-        names = paths.copy()
+        order = np.lexsort((-ends, starts, threads))
         stack: list[int] = []
         current = None
+        thread_list, start_list, end_list, nest_list = threads.tolist(), starts.tolist(), ends.tolist(), nests.tolist()
         for i in order.tolist():  # a plain stack walk: about a microsecond per range
-            if not nests[i]:
+            if not nest_list[i]:
                 continue
-            if threads[i] != current:
-                stack, current = [], threads[i]
-            while stack and ends[stack[-1]] < starts[i]:
+            if thread_list[i] != current:
+                stack, current = [], thread_list[i]
+            while stack and end_list[stack[-1]] < start_list[i]:
                 stack.pop()
             if stack:
-                parent[i] = stack[-1]
-                depth[i] = depth[stack[-1]] + 1
-                paths[i] = f"{paths[stack[-1]]}{PATH_SEPARATOR}{names[i]}"
+                top = stack[-1]
+                parent[i] = top
+                depth[i] = depth[top] + 1
+                paths[i] = f"{paths[top]}{PATH_SEPARATOR}{names[i]}"
             stack.append(i)
+    return Nesting(threads=threads, starts=starts, ends=ends, nests=np.asarray(nests, dtype=bool), depth=depth,
+                   parent=parent, paths=paths)
+
+
+def innermost(nesting: Nesting, call_threads: np.ndarray, call_times: np.ndarray) -> np.ndarray:
+    """For each call (thread, time ns), the position of the innermost range open on that thread at that time, or
+    -1. Threads and times are int64; thread -1 (unknown) matches nothing."""
+    found = np.full(len(call_times), -1, dtype=np.int64)
+    usable = np.flatnonzero(nesting.nests)
+    if not len(usable) or not len(call_times):
+        return found
+    for thread in np.unique(nesting.threads[usable]).tolist():
+        if thread == -1:
+            continue
+        members = usable[nesting.threads[usable] == thread]
+        members = members[np.argsort(nesting.starts[members], kind="stable")]
+        which = np.flatnonzero(call_threads == thread)
+        if not len(which):
+            continue
+        times = call_times[which]
+        k = np.searchsorted(nesting.starts[members], times, side="right") - 1
+        cand = np.where(k >= 0, members[np.clip(k, 0, None)], -1)
+        while True:  # walk up while the candidate closed before the call
+            closed = (cand >= 0) & (nesting.ends[np.clip(cand, 0, None)] < times)
+            if not closed.any():
+                break
+            cand = np.where(closed, nesting.parent[np.clip(cand, 0, None)], cand)
+        found[which] = cand
+    return found
+
+
+def nest(ranges: Any) -> Any:
+    """``ranges`` (a DataFrame: id, name, thread, start_ns, end_ns, nests) with ``depth``, ``parent_id`` and
+    ``path`` added, for callers holding a DataFrame."""
+    import pandas as pd
+
+    out = ranges.copy()
+    nesting = nest_arrays(out["thread"].fillna(-1).to_numpy(dtype=np.int64), out["start_ns"].to_numpy(dtype=np.int64),
+                          out["end_ns"].to_numpy(dtype=np.int64), out["nests"].to_numpy(dtype=bool),
+                          out["name"].astype("object").to_numpy())
     ids = out["id"].to_numpy(dtype=np.int64)
-    out["depth"] = depth
-    out["parent_id"] = pd.array([ids[p] if p >= 0 else None for p in parent.tolist()], dtype="Int64")
-    out["path"] = paths
+    out["depth"] = nesting.depth
+    out["parent_id"] = pd.array([ids[p] if p >= 0 else None for p in nesting.parent.tolist()], dtype="Int64")
+    out["path"] = nesting.paths
     return out
-
-
-def kernel_paths(nested: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
-    """For each launching call (thread, time_ns), the innermost open range id and its path.
-
-    :param nested: the result of :func:`nest`.
-    :param calls: columns ``thread`` and ``time_ns``; the result has the same index, columns ``nvtx_range_id``
-        (nullable) and ``nvtx_path`` (None where no range was open).
-    """
-    range_id = pd.array([None] * len(calls), dtype="Int64")
-    path = np.full(len(calls), None, dtype=object)
-    usable = nested[nested["nests"]] if len(nested) else nested
-    if len(usable) and len(calls):
-        positions = {rid: k for k, rid in enumerate(nested["id"].to_numpy(dtype=np.int64).tolist())}
-        call_threads = calls["thread"].to_numpy(dtype=np.float64)
-        call_times = calls["time_ns"].to_numpy(dtype=np.float64)
-        all_ends = nested["end_ns"].to_numpy(dtype=np.int64)
-        all_parents = np.array([positions.get(p, -1) if p is not pd.NA else -1
-                                for p in nested["parent_id"].tolist()], dtype=np.int64)
-        all_ids = nested["id"].to_numpy(dtype=np.int64)
-        all_paths = nested["path"].to_numpy()
-        found = np.full(len(calls), -1, dtype=np.int64)
-        for thread, group in usable.groupby("thread", sort=False):
-            members = group.sort_values("start_ns", kind="stable")
-            pos = np.array([positions[i] for i in members["id"].tolist()], dtype=np.int64)
-            starts = members["start_ns"].to_numpy(dtype=np.int64)
-            which = np.flatnonzero(call_threads == float(thread))
-            if not len(which):
-                continue
-            times = call_times[which]
-            k = np.searchsorted(starts, times, side="right") - 1
-            cand = np.where(k >= 0, pos[np.clip(k, 0, None)], -1)
-            while True:  # walk up while the candidate closed before the call
-                closed = (cand >= 0) & (all_ends[np.clip(cand, 0, None)] < times)
-                if not closed.any():
-                    break
-                cand = np.where(closed, all_parents[np.clip(cand, 0, None)], cand)
-            found[which] = cand
-        hit = found >= 0
-        range_id = pd.array(np.where(hit, all_ids[np.clip(found, 0, None)], 0), dtype="Int64")
-        range_id[~hit] = pd.NA
-        path[hit] = all_paths[found[hit]]
-    return pd.DataFrame({"nvtx_range_id": range_id, "nvtx_path": path}, index=calls.index)

@@ -1,6 +1,6 @@
 """The one table model every trace format loads into: :class:`TraceTables`.
 
-Four long pandas tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
+Five long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
 with ``launches`` saying how many), ``metrics`` (kernel id, metric, unit, value), ``ranges`` (NVTX and
 annotation ranges), ``devices`` (what the file says about each GPU, with the matched CardBook card), ``transfers``
 (memory copies and sets) and ``meta`` (source, format, tool, version, schema, notes). Columns a format does not
@@ -9,23 +9,31 @@ carry are present and missing (``<NA>`` / NaN), never absent, so a report can re
 :func:`build` is the only way parsers make tables: it orders and types the columns and refuses values no real
 profiler writes (infinities, NaN where a number was given, negative durations, numbers beyond 64-bit), so a
 damaged file fails whole instead of loading half.
+
+The tables are held as typed numpy columns and become pandas DataFrames on first access (``tables.kernels``):
+a reader that hands :func:`build` plain columns, and a caller that needs only :meth:`TraceTables.counts` or
+:meth:`TraceTables.kernel_breakdown`, never import pandas, whose import alone costs more than reading a small
+trace. Once a DataFrame has been handed out it is the table (a caller may add or change its columns).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from iotrace.trace.errors import TraceFormatError
 
-__all__ = ["DEVICE_COLUMNS", "KERNEL_COLUMNS", "KernelTotal", "METRIC_COLUMNS", "RANGE_COLUMNS", "TRANSFER_COLUMNS", "TraceTables",
-           "build"]
+if TYPE_CHECKING:
+    import pandas as pd
 
-# Column -> dtype. "Int64" is pandas' nullable integer: a missing value stays missing instead of becoming a float.
+__all__ = ["DEVICE_COLUMNS", "KERNEL_COLUMNS", "METRIC_COLUMNS", "RANGE_COLUMNS", "TABLES", "TRANSFER_COLUMNS",
+           "Column", "KernelTotal", "TraceTables", "build"]
+
+# Column -> dtype. "Int64" is pandas' nullable integer (int64 values and a missing mask here): a missing value stays
+# missing instead of becoming a float.
 KERNEL_COLUMNS: dict[str, str] = {
     "id": "int64", "name": "object", "mangled_name": "object", "device": "Int64", "context": "Int64",
     "stream": "Int64", "correlation_id": "Int64", "start_ns": "Int64", "end_ns": "Int64", "duration_ns": "float64",
@@ -60,6 +68,19 @@ _DURATION_LIMIT = 1e16       # ns, about 115 days: no single kernel, range or su
 _VALUE_LIMIT = 1e30          # metric values: counters and rates stay far below this
 
 
+TABLES: dict[str, dict[str, str]] = {"kernels": KERNEL_COLUMNS, "metrics": METRIC_COLUMNS, "ranges": RANGE_COLUMNS,
+                                     "devices": DEVICE_COLUMNS, "transfers": TRANSFER_COLUMNS}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One typed column: ``values`` (int64, float64 with NaN where missing, or object with None) and, for a
+    nullable integer ("Int64") column, ``missing`` (True where the value is missing; its slot in values is 0)."""
+
+    values: np.ndarray
+    missing: np.ndarray | None = None
+
+
 @dataclass(frozen=True)
 class KernelTotal:
     """One kernel name's share of a trace: how many launches carried a duration and their summed time."""
@@ -69,120 +90,242 @@ class KernelTotal:
     total_ns: float
 
 
-@dataclass
 class TraceTables:
     """Everything a profiler export holds, as tables. See the module docstring for the columns."""
 
-    kernels: pd.DataFrame
-    metrics: pd.DataFrame
-    ranges: pd.DataFrame
-    devices: pd.DataFrame
-    transfers: pd.DataFrame
-    meta: dict[str, Any] = field(default_factory=dict)
+    def __init__(self, columns: dict[str, dict[str, Column]], meta: dict[str, Any]) -> None:
+        self._columns = columns
+        self._frames: dict[str, pd.DataFrame] = {}
+        self.meta = meta
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{name}={self.rows(name)}" for name in TABLES)
+        return f"TraceTables({self.meta.get('source')!r}, {sizes})"
+
+    def table(self, name: str) -> pd.DataFrame:
+        """The table ``name`` as a DataFrame (built on first access, the same object afterwards)."""
+        if name not in self._frames:
+            self._frames[name] = _frame(self._columns[name], TABLES[name])
+        return self._frames[name]
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        return self.table("kernels")
+
+    @property
+    def metrics(self) -> pd.DataFrame:
+        return self.table("metrics")
+
+    @property
+    def ranges(self) -> pd.DataFrame:
+        return self.table("ranges")
+
+    @property
+    def devices(self) -> pd.DataFrame:
+        return self.table("devices")
+
+    @property
+    def transfers(self) -> pd.DataFrame:
+        return self.table("transfers")
+
+    def rows(self, name: str) -> int:
+        """How many rows table ``name`` has."""
+        if name in self._frames:
+            return len(self._frames[name])
+        return len(next(iter(self._columns[name].values())).values)
+
+    def column(self, table: str, name: str) -> np.ndarray:
+        """One column as a numpy array without pandas: int64, float64 (NaN where missing; nullable integers too,
+        exact below 2^53) or object (None where missing)."""
+        if table in self._frames:
+            series = self._frames[table][name]
+            if TABLES[table].get(name) == "object" or series.dtype == object:
+                return series.astype("object").where(series.notna(), None).to_numpy()
+            return series.astype("float64").to_numpy(na_value=np.nan) if series.hasnans else series.to_numpy()
+        col = self._columns[table][name]
+        if col.missing is None:
+            return col.values
+        return np.where(col.missing, np.nan, col.values.astype(np.float64))
 
     def top_kernels(self, n: int = 10) -> pd.DataFrame:
         """Kernels grouped by name, ordered by total time: name, launches, total/mean duration, share of all time."""
-        timed = self.kernels.dropna(subset=["duration_ns"])
-        if timed.empty:
-            return pd.DataFrame(columns=["name", "launches", "total_ns", "mean_ns", "share_pct"])
-        grouped = timed.groupby("name", sort=False).agg(launches=("launches", "sum"), total_ns=("duration_ns", "sum"))
-        grouped["mean_ns"] = grouped["total_ns"] / grouped["launches"]
-        grand = grouped["total_ns"].sum()
-        grouped["share_pct"] = 100.0 * grouped["total_ns"] / grand if grand > 0 else 0.0
-        return grouped.sort_values("total_ns", ascending=False).head(n).reset_index()
+        import pandas as pd
+
+        rows = self.kernel_breakdown()
+        grand = sum(row.total_ns for row in rows)
+        return pd.DataFrame([{"name": row.name, "launches": row.launches, "total_ns": row.total_ns,
+                              "mean_ns": row.total_ns / row.launches if row.launches else float("nan"),
+                              "share_pct": 100.0 * row.total_ns / grand if grand > 0 else 0.0} for row in rows[:n]],
+                            columns=["name", "launches", "total_ns", "mean_ns", "share_pct"])
 
     def kernel_breakdown(self) -> list[KernelTotal]:
         """Kernel time by name, largest first, without pandas: kernels with no duration are left out (as in
         :meth:`top_kernels`); ties keep the order of first appearance."""
-        totals: dict[Any, list[float]] = {}
-        frame = self.kernels
-        for name, launches, duration in zip(frame["name"].tolist(), frame["launches"].tolist(),
-                                            frame["duration_ns"].tolist(), strict=True):
-            if duration == duration:  # NaN: no duration
-                entry = totals.setdefault(name, [0, 0.0])
-                entry[0] += launches
-                entry[1] += duration
-        rows = [KernelTotal(name, int(n), float(t)) for name, (n, t) in totals.items()]
+        duration = self.column("kernels", "duration_ns")
+        timed = ~np.isnan(duration)
+        names = self.column("kernels", "name")[timed].tolist()
+        codes: dict[Any, int] = {}
+        index = np.fromiter((codes.setdefault(name, len(codes)) for name in names), dtype=np.int64, count=len(names))
+        totals = np.bincount(index, weights=duration[timed], minlength=len(codes))
+        launches = np.bincount(index, weights=self.column("kernels", "launches")[timed], minlength=len(codes))
+        rows = [KernelTotal(name, int(launches[i]), float(totals[i])) for name, i in codes.items()]
         return sorted(rows, key=lambda row: -row.total_ns)
 
     def counts(self) -> dict[str, int]:
         """Rows per table, and launches (a summary export has fewer rows than launches)."""
-        return {"kernels": len(self.kernels), "launches": int(self.kernels["launches"].sum()),
-                "metrics": len(self.metrics), "ranges": len(self.ranges), "devices": len(self.devices),
-                "transfers": len(self.transfers)}
+        return {"kernels": self.rows("kernels"), "launches": int(self.column("kernels", "launches").sum()),
+                "metrics": self.rows("metrics"), "ranges": self.rows("ranges"), "devices": self.rows("devices"),
+                "transfers": self.rows("transfers")}
 
 
 def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any = None, devices: Any = None,
           transfers: Any = None, meta: dict[str, Any]) -> TraceTables:
     """Conform each table to its columns and types and check every number; raise rather than return bad data.
 
-    Each table argument is a DataFrame, a list of row dicts, or a dict of columns; ``None`` is an empty table.
+    Each table argument is a DataFrame, a list of row dicts, or a dict of columns (lists or numpy arrays of one
+    length); ``None`` is an empty table. Plain columns of numbers and strings are conformed without pandas.
     """
-    tables = {}
-    for name, given, columns in (("kernels", kernels, KERNEL_COLUMNS), ("metrics", metrics, METRIC_COLUMNS),
-                                 ("ranges", ranges, RANGE_COLUMNS), ("devices", devices, DEVICE_COLUMNS),
-                                 ("transfers", transfers, TRANSFER_COLUMNS)):
-        tables[name] = _conform(path, name, given, columns)
-    if tables["kernels"]["id"].duplicated().any():
+    given = {"kernels": kernels, "metrics": metrics, "ranges": ranges, "devices": devices, "transfers": transfers}
+    columns = {name: _conform(path, name, given[name], spec) for name, spec in TABLES.items()}
+    ids = columns["kernels"]["id"].values
+    unique = np.unique(ids)
+    if len(unique) != len(ids):
         raise TraceFormatError(path, "holds two kernels with the same id", "the file is damaged")
-    known = set(tables["kernels"]["id"])
-    stray = ~tables["metrics"]["kernel_id"].isin(known)
+    stray = ~np.isin(columns["metrics"]["kernel_id"].values, unique)
     if stray.any():
         raise TraceFormatError(path, f"has {int(stray.sum())} metric values for kernels it does not hold",
                                "the file is damaged")
     meta = {"source": str(path), **meta}
     meta.setdefault("notes", [])
-    return TraceTables(meta=meta, **tables)
+    return TraceTables(columns, meta)
 
 
-def _conform(path: Path, table: str, given: Any, columns: dict[str, str]) -> pd.DataFrame:
-    frame = pd.DataFrame(given if given is not None else {})
-    n = len(frame)
-    out: dict[str, pd.Series] = {}
+def _source_columns(given: Any) -> tuple[dict[str, Any], int]:
+    """The given table as named columns (lists, arrays or Series) and its row count."""
+    if given is None:
+        return {}, 0
+    if isinstance(given, dict):
+        lengths = {len(values) for values in given.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"columns of different lengths {sorted(lengths)}")
+        return given, lengths.pop() if lengths else 0
+    if isinstance(given, list):
+        names = list(dict.fromkeys(key for row in given for key in row))
+        return {name: [row.get(name) for row in given] for name in names}, len(given)
+    # A DataFrame.
+    return {name: given[name] for name in given.columns}, len(given)
+
+
+def _conform(path: Path, table: str, given: Any, columns: dict[str, str]) -> dict[str, Column]:
+    source, n = _source_columns(given)
+    out: dict[str, Column] = {}
     for column, dtype in columns.items():
-        if column not in frame:
+        if column not in source:
             if dtype == "object":
-                out[column] = pd.Series([None] * n, dtype="object")
+                out[column] = Column(np.full(n, None, dtype=object))
                 continue
             # An absent number is missing everywhere (launches: one each); the checks below still apply to it.
             absent = np.ones(n, dtype=np.int64) if column == "launches" else np.full(n, np.nan)
-            out[column] = _checked(path, table, column, absent, dtype)
+            out[column] = _checked(path, table, column, absent, None, dtype)
             continue
-        series = frame[column].reset_index(drop=True)
-        out[column] = _typed(path, table, column, series, dtype)
-    return pd.DataFrame(out, index=pd.RangeIndex(n))
+        values = source[column]
+        out[column] = _strings(values) if dtype == "object" else _numbers(path, table, column, values, dtype)
+    return out
 
 
-def _typed(path: Path, table: str, column: str, series: pd.Series, dtype: str) -> pd.Series:
-    if dtype == "object":
-        return series.astype("object").where(series.notna(), None)
-    if series.dtype == np.int64 or series.dtype == np.float64:
-        return _checked(path, table, column, series.to_numpy(), dtype)  # plain numbers: one numpy pass
+def _missing(value: Any) -> bool:
+    return value is None or (type(value) is float and value != value)
+
+
+def _strings(values: Any) -> Column:
+    if hasattr(values, "notna"):  # a Series: pandas' own missing values (NA, NaT, NaN) become None
+        return Column(values.astype("object").where(values.notna(), None).to_numpy())
+    return Column(np.fromiter((None if _missing(v) else v for v in values), dtype=object, count=len(values)))
+
+
+def _numbers(path: Path, table: str, column: str, values: Any, dtype: str) -> Column:
+    plain = _plain_numbers(values)
+    if plain is not None:
+        return _checked(path, table, column, *plain, dtype)
+    return _via_pandas(path, table, column, values, dtype)
+
+
+def _plain_numbers(values: Any) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(int64 or float64 array, missing mask or None) when ``values`` are plain numbers (a numeric numpy array or
+    Series, or a list of ints, floats and None); None when they need pandas' parsing (strings, bools, objects)."""
+    if isinstance(values, np.ndarray) and values.dtype in (np.int64, np.float64):
+        return values, None
+    if hasattr(values, "dtype") and hasattr(values, "to_numpy"):  # a Series
+        if values.dtype == np.int64 or values.dtype == np.float64:
+            return values.to_numpy(), None
+        return None
+    if not isinstance(values, list):
+        return None
+    missing = [v is None for v in values]
+    kinds = {type(v) for v in values}
+    kinds.discard(type(None))
+    if not kinds <= {int, float}:
+        return None
+    if kinds == {int}:
+        try:
+            ints = np.array([0 if v is None else v for v in values], dtype=np.int64)
+        except OverflowError:
+            return None
+        return ints, np.array(missing, dtype=bool) if any(missing) else None
+    floats = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    return floats, None
+
+
+def _via_pandas(path: Path, table: str, column: str, values: Any, dtype: str) -> Column:
+    import pandas as pd
+
+    series = pd.Series(values) if not hasattr(values, "to_numpy") else values.reset_index(drop=True)
     try:
         # numpy_nullable keeps whole numbers as Int64: a float64 detour would round ns timestamps past 2^53.
-        values = pd.to_numeric(series, errors="raise", dtype_backend="numpy_nullable")
+        numbers = pd.to_numeric(series, errors="raise", dtype_backend="numpy_nullable")
     except (ValueError, TypeError) as exc:
         raise TraceFormatError(path, f"{table}.{column} holds a value that is not a number ({exc})",
                                "the file is damaged or not this format") from exc
-    floats = values.astype("float64").to_numpy(dtype=np.float64, na_value=np.nan)
-    _validate(path, table, column, floats, dtype, whole=False)
-    if dtype in ("int64", "Int64"):
-        if pd.api.types.is_integer_dtype(values.dtype):
-            return values.astype(dtype)  # the exact integers, not their float64 copies
-        return pd.Series(np.round(floats)).astype(dtype)
-    return pd.Series(floats, dtype="float64")
+    if pd.api.types.is_integer_dtype(numbers.dtype):
+        missing = numbers.isna().to_numpy()
+        return _checked(path, table, column, numbers.to_numpy(dtype=np.int64, na_value=0),
+                        missing if missing.any() else None, dtype)
+    return _checked(path, table, column, numbers.astype("float64").to_numpy(dtype=np.float64, na_value=np.nan),
+                    None, dtype)
 
 
-def _checked(path: Path, table: str, column: str, values: np.ndarray, dtype: str) -> pd.Series:
-    """:func:`_typed` for a plain int64 or float64 array."""
+def _checked(path: Path, table: str, column: str, values: np.ndarray, missing: np.ndarray | None,
+             dtype: str) -> Column:
+    """Check ``values`` (int64 with an optional missing mask, or float64 with NaN where missing) and type them."""
     whole = values.dtype == np.int64
     floats = values.astype(np.float64) if whole else values
-    _validate(path, table, column, floats, dtype, whole)
-    if dtype in ("int64", "Int64"):
-        if whole:
-            return pd.Series(values.copy(), dtype=dtype)
-        return pd.Series(np.round(floats)).astype(dtype)
-    return pd.Series(floats.copy() if floats is values else floats, dtype="float64")
+    if whole and missing is not None:
+        floats = np.where(missing, np.nan, floats)
+    _validate(path, table, column, floats, dtype, whole and missing is None)
+    if dtype == "float64":
+        return Column(floats.copy() if floats is values else floats)
+    if whole:
+        ints = values.copy()
+    else:
+        missing = np.isnan(floats)
+        ints = np.where(missing, 0.0, np.round(floats)).astype(np.int64)
+    if dtype == "int64":
+        return Column(ints)
+    return Column(ints, missing if missing is not None else np.zeros(len(ints), dtype=bool))
+
+
+def _frame(columns: dict[str, Column], spec: dict[str, str]) -> pd.DataFrame:
+    import pandas as pd
+
+    n = len(next(iter(columns.values())).values)
+    index = pd.RangeIndex(n)
+    data: dict[str, Any] = {}
+    for name, col in columns.items():
+        if spec[name] == "Int64":
+            data[name] = pd.Series(pd.arrays.IntegerArray(col.values, col.missing), index=index)
+        else:  # object stays object: pandas 3 would infer its string dtype from an array of str
+            data[name] = pd.Series(col.values, index=index, dtype=spec[name], copy=False)
+    return pd.DataFrame(data, index=index)
 
 
 def _validate(path: Path, table: str, column: str, floats: np.ndarray, dtype: str, whole: bool) -> None:

@@ -24,7 +24,7 @@ from iotrace.trace.devices import with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
-from iotrace.trace.formats._common import attach_launch_times, attach_paths
+from iotrace.trace.formats._common import join_frames
 from iotrace.trace.parser import Head
 from iotrace.trace.tables import TraceTables, build
 
@@ -79,8 +79,7 @@ def read_database(db: sqlite3.Connection, path: Path) -> TraceTables:
     strings = _strings(db) if "StringIds" in tables else {}
     kernels = _kernels(db, tables, spec, strings, path)
     ranges, calls = _ranges(db, tables, spec, strings)
-    kernels, ranges = attach_paths(kernels, ranges, calls)
-    kernels = attach_launch_times(kernels, calls)
+    kernels, ranges = join_frames(kernels, ranges, calls)
     return build(path, kernels=kernels, ranges=ranges, devices=with_cards(_devices(db, tables, spec)),
                  transfers=_transfers(db, tables, strings), meta=meta)
 
