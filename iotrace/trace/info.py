@@ -29,11 +29,15 @@ def _plain(value: Any) -> Any:
 def summarise(tables: TraceTables, top: int = 10) -> dict[str, Any]:
     """Format, tool, version, schema, devices with their cards, table counts, the top kernels and notes."""
     meta = tables.meta
-    devices = [{key: _plain(row[key]) for key in ("device", "name", "cc", "sm_count", "memory_bytes", "card")}
-               for _, row in tables.devices.iterrows()]
-    kernels = [{"name": row["name"], "launches": _plain(row["launches"]), "total_ns": _plain(row["total_ns"]),
-                "mean_ns": _plain(row["mean_ns"]), "share_pct": round(float(row["share_pct"]), 2)}
-               for _, row in tables.top_kernels(top).iterrows()]
+    keys = ("device", "name", "cc", "sm_count", "memory_bytes", "card")
+    columns = [tables.column("devices", key).tolist() for key in keys]
+    devices = [{key: _plain(value) for key, value in zip(keys, row, strict=True)} for row in zip(*columns)]
+    breakdown = tables.kernel_breakdown()  # no pandas: `iotrace info` on a small trace costs less than its import
+    grand = sum(row.total_ns for row in breakdown)
+    kernels = [{"name": row.name, "launches": row.launches, "total_ns": _plain(row.total_ns),
+                "mean_ns": _plain(row.total_ns / row.launches) if row.launches else None,
+                "share_pct": round(100.0 * row.total_ns / grand, 2) if grand > 0 else 0.0}
+               for row in breakdown[:top]]
     return {"source": meta.get("source"), "format": meta.get("format"), "tool": meta.get("tool"),
             "version": meta.get("version"), "schema": meta.get("schema"), "devices": devices,
             "counts": tables.counts(), "top_kernels": kernels, "notes": list(meta.get("notes", []))}

@@ -75,7 +75,7 @@ def innermost(nesting: Nesting, call_threads: np.ndarray, call_times: np.ndarray
     usable = np.flatnonzero(nesting.nests)
     if not len(usable) or not len(call_times):
         return found
-    for thread in np.unique(nesting.threads[usable]).tolist():
+    for thread in sorted(set(nesting.threads[usable].tolist())):  # not np.unique, which imports numpy.ma
         if thread == -1:
             continue
         members = usable[nesting.threads[usable] == thread]

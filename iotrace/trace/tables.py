@@ -187,11 +187,12 @@ def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any =
     """
     given = {"kernels": kernels, "metrics": metrics, "ranges": ranges, "devices": devices, "transfers": transfers}
     columns = {name: _conform(path, name, given[name], spec) for name, spec in TABLES.items()}
-    ids = columns["kernels"]["id"].values
-    unique = np.unique(ids)
-    if len(unique) != len(ids):
+    ids = np.sort(columns["kernels"]["id"].values)  # sort and searchsorted: np.unique/isin import numpy.ma
+    if (ids[1:] == ids[:-1]).any():
         raise TraceFormatError(path, "holds two kernels with the same id", "the file is damaged")
-    stray = ~np.isin(columns["metrics"]["kernel_id"].values, unique)
+    wanted = columns["metrics"]["kernel_id"].values
+    at = np.clip(np.searchsorted(ids, wanted), 0, max(len(ids) - 1, 0))
+    stray = ids[at] != wanted if len(ids) else np.ones(len(wanted), dtype=bool)
     if stray.any():
         raise TraceFormatError(path, f"has {int(stray.sum())} metric values for kernels it does not hold",
                                "the file is damaged")
