@@ -31,7 +31,7 @@ def summarise(tables: TraceTables, top: int = 10) -> dict[str, Any]:
     meta = tables.meta
     keys = ("device", "name", "cc", "sm_count", "memory_bytes", "card")
     columns = [tables.column("devices", key).tolist() for key in keys]
-    devices = [{key: _plain(value) for key, value in zip(keys, row, strict=True)} for row in zip(*columns)]
+    devices = [{key: _plain(value) for key, value in zip(keys, row, strict=True)} for row in zip(*columns, strict=True)]
     breakdown = tables.kernel_breakdown()  # no pandas: `iotrace info` on a small trace costs less than its import
     grand = sum(row.total_ns for row in breakdown)
     kernels = [{"name": row.name, "launches": row.launches, "total_ns": _plain(row.total_ns),
