@@ -9,6 +9,7 @@ layers (a truncated model: the same weights, fewer layers) in fp16 against the t
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 
 import pytest
@@ -71,10 +72,12 @@ def _greedy(decoder: Decoder, ids: torch.Tensor, steps: int) -> list[int]:
 def _hf_greedy(model, ids: torch.Tensor, steps: int) -> list[int]:
     """Greedy tokens from transformers' own forward and KV cache, past any end-of-text token (generate()'s
     min_new_tokens would mask EOS instead, changing the argmax)."""
+    # transformers 5.2x renamed past_key_values to cache (the old name warns until its removal in 5.40).
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     out = model(ids, use_cache=True)
     tokens = [int(out.logits[0, -1].argmax())]
     for _ in range(steps - 1):
-        out = model(torch.tensor([[tokens[-1]]]), past_key_values=out.past_key_values, use_cache=True)
+        out = model(torch.tensor([[tokens[-1]]]), **{key: getattr(out, key)}, use_cache=True)
         tokens.append(int(out.logits[0, -1].argmax()))
     return tokens
 
