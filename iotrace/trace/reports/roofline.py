@@ -98,6 +98,9 @@ class RooflinePoint:
     bound: str | None
     model: ModelComparison | None = None
     sol: dict[str, float] = field(default_factory=dict)
+    #: What the bound was judged from: "roofline" (identity 4 on counted FLOPs and bytes) or "speed of light" (the
+    #: file's SM and memory throughputs alone, when it has no DRAM bytes or FLOPs to place a roofline point).
+    bound_basis: str = "roofline"
 
     def level(self, name: str) -> Level | None:
         return next((lv for lv in self.levels if lv.level == name), None)
@@ -343,11 +346,17 @@ def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float |
     levels = _measured_levels(view, kid, seconds, card, ceilings)
     basis: Basis = "measured"
     comparison = _compare(model, by_precision, levels) if model is not None else None
+    sol = _speed_of_light(view, kid)
     if not by_precision and not levels:
         if model is None:
-            missing.append(Unavailable("roofline", "dram__bytes.sum", ROOFLINE_SECTION, kid,
-                                       "or name an iotrace kernel plugin and shape to place it modelled"))
-            return None, missing
+            detail = ("the bound below is classified from the file's speed-of-light throughputs" if sol else
+                      "or name an iotrace kernel plugin and shape to place it modelled")
+            missing.append(Unavailable("roofline", "dram__bytes.sum", ROOFLINE_SECTION, kid, detail))
+            if not sol:
+                return None, missing
+            return RooflinePoint(kid, kernel, "measured", duration_ns, None, {}, "none: no FLOPs counted", None, (),
+                                 None, "none", None, None, None, None, None, _sol_bound(sol), None, sol,
+                                 "speed of light"), missing
         basis = "modelled"
         by_precision = {model.cost.peak: model.cost.flops}
         flops_source = f"modelled: {model.plugin} cost ({model.cost.formula})"
@@ -370,20 +379,53 @@ def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float |
                     flops / lv.bytes if flops is not None and lv.bytes else None) for lv in levels]
     dram = next((lv for lv in levels if lv.level == "dram"), None)
     ridge, achieved, attainable, pct, bound = _judge(flops, dram, peak, seconds)
-    sol = {name: value for name, value in (
+    bound_basis = "roofline"
+    if bound is None and _sol_bound(sol) is not None:
+        bound, bound_basis = _sol_bound(sol), "speed of light"
+    return RooflinePoint(kid, kernel, basis, duration_ns, flops, by_precision, flops_source, precision,
+                         tuple(levels), peak, peak_source, None if dram is None else dram.intensity, ridge, achieved,
+                         attainable, pct, bound, comparison, sol, bound_basis), missing
+
+
+def _speed_of_light(view: MetricView, kid: int) -> dict[str, float]:
+    """The Speed Of Light section's two throughputs (% of peak), where the file has them."""
+    return {name: value for name, value in (
         ("sm_throughput_pct", view.get(kid, "sm__throughput.avg.pct_of_peak_sustained_elapsed")),
         ("memory_throughput_pct", view.get(kid, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")),
     ) if value is not None}
-    return RooflinePoint(kid, kernel, basis, duration_ns, flops, by_precision, flops_source, precision,
-                         tuple(levels), peak, peak_source, None if dram is None else dram.intensity, ridge, achieved,
-                         attainable, pct, bound, comparison, sol), missing
+
+
+def _sol_bound(sol: dict[str, float]) -> str | None:
+    """The bound from the speed-of-light throughputs, as ncu's SOLBottleneck rule reads them: both below
+    :data:`LATENCY_PCT` is latency; otherwise the more utilised unit (SM: compute, memory: memory)."""
+    sm, memory = sol.get("sm_throughput_pct"), sol.get("memory_throughput_pct")
+    if sm is None or memory is None:
+        return None
+    if max(sm, memory) < LATENCY_PCT:
+        return "latency"
+    return "compute" if sm >= memory else "memory"
 
 
 def roofline_findings(point: RooflinePoint) -> list[Finding]:
     """The bound in plain words, and the model comparison when the kernel is an iotrace plugin."""
     out: list[Finding] = []
     label = f"({point.basis})"
-    if point.bound is not None and point.pct_of_attainable is not None:
+    if point.bound is not None and point.bound_basis == "speed of light":
+        sm, memory = point.sol["sm_throughput_pct"], point.sol["memory_throughput_pct"]
+        evidence = (Evidence("sm__throughput.avg.pct_of_peak_sustained_elapsed", round(sm, 1), "", "%"),
+                    Evidence("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", round(memory, 1),
+                             f"latency bound when both are below {LATENCY_PCT:g}% (ncu SOLBottleneck rule)", "%"))
+        lead = {"latency": "Latency bound", "compute": "Compute bound", "memory": "Memory bound"}[point.bound]
+        text = (f"{lead} ({point.basis}, speed of light): SM throughput {sm:.1f}% and memory throughput "
+                f"{memory:.1f}% of peak. The file has no DRAM bytes or FLOPs, so this is not a roofline placement.")
+        try_next = {"latency": "Look at the warp stalls: keep more memory requests in flight, raise occupancy, or "
+                               "give each thread more independent work.",
+                    "compute": "Use a faster pipe (tensor cores, lower precision) or remove redundant instructions.",
+                    "memory": "Move fewer bytes: fuse with neighbouring kernels, use narrower types, or reuse data "
+                              "from shared memory/L2."}[point.bound]
+        out.append(Finding("roofline", text, evidence, try_next, point.basis, point.kernel_id, point.kernel,
+                           "info" if point.bound != "latency" else "warning"))
+    elif point.bound is not None and point.pct_of_attainable is not None:
         evidence = [Evidence("% of attainable", round(point.pct_of_attainable, 1),
                              f"latency bound below {LATENCY_PCT:g}% (ncu SOLBottleneck rule)")]
         if point.intensity is not None:
