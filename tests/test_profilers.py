@@ -65,7 +65,8 @@ def test_nsys_capture_runs_the_child_loads_the_range_and_writes_the_manifest(sta
 
     log = calls(bin_dir)
     profile = next(c for c in log if c["argv"][:1] == ["profile"] and "kernel" in c)
-    child = profile["argv"][6:]
+    child = profile["argv"][7:]
+    assert "--cuda-graph-trace=node" in profile["argv"][:7]  # a replayed CUDA graph's kernels show as kernels
     assert [c.get("child_exit") for c in log if "child_exit" in c] == [0]  # the child argv really runs
 
     m = _manifest(out)

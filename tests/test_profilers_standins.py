@@ -93,7 +93,7 @@ def hang():
 
 _NSYS = r'''
 TOOL = "nsys"
-PROFILE_OPTIONS = ["--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none"]
+PROFILE_OPTIONS = ["--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none", "--cuda-graph-trace=node"]
 
 
 def add_range(sqlite, name):
@@ -115,16 +115,16 @@ if ARGV == ["--version"]:
     record()
     print("NVIDIA Nsight Systems version 2024.5.1.113-245134619542v0")
 elif ARGV[:1] == ["profile"]:
-    options, child = ARGV[1:6], ARGV[6:]
-    if options[:3] != PROFILE_OPTIONS or not options[3].startswith("--output=") \
-            or options[4] != "--force-overwrite=true":
+    options, child = ARGV[1:7], ARGV[7:]
+    if options[:4] != PROFILE_OPTIONS or not options[4].startswith("--output=") \
+            or options[5] != "--force-overwrite=true":
         die("unexpected nsys profile options")
     kernel = check_child(child)
     record(kernel=kernel)
     if MODE == "slow":
         hang()
     run_child(child)
-    shutil.copyfile(os.path.join(CORPUS, NSYS_REP), options[3].split("=", 1)[1] + ".nsys-rep")
+    shutil.copyfile(os.path.join(CORPUS, NSYS_REP), options[4].split("=", 1)[1] + ".nsys-rep")
 elif ARGV[:1] == ["export"]:
     if len(ARGV) != 5 or ARGV[1] != "--type=sqlite" or not ARGV[2].startswith("--output=") \
             or ARGV[3] != "--force-overwrite=true" or not ARGV[4].endswith(".nsys-rep") \

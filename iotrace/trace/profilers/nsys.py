@@ -6,6 +6,8 @@ Flags, from the Nsight Systems User Guide, "CLI Profile Command Switch Options" 
 - ``--trace=cuda,nvtx``: CUDA API and kernel activity, and NVTX ranges (the ``iotrace/<kernel>`` range);
 - ``--sample=none --cpuctxsw=none``: no CPU sampling or context-switch trace, which iotrace does not read and which
   cost overhead and file size;
+- ``--cuda-graph-trace=node``: each kernel of a replayed CUDA graph is traced as a kernel (the default, ``graph``,
+  records one range per graph launch), so graph-captured decode steps show their kernels;
 - ``--output=<base>``: nsys appends ``.nsys-rep``; ``--force-overwrite=true`` replaces a file of the same name;
 - ``nsys export --type=sqlite --output=<base>.sqlite``: the SQLite schema iotrace's loader reads (``.nsys-rep`` itself
   is not readable without nsys).
@@ -25,8 +27,8 @@ __all__ = ["capture", "export_argv", "profile_argv"]
 
 
 def profile_argv(nsys: str, base: Path, child: Sequence[str]) -> list[str]:
-    return [nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none", f"--output={base}",
-            "--force-overwrite=true", *child]
+    return [nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none", "--cuda-graph-trace=node",
+            f"--output={base}", "--force-overwrite=true", *child]
 
 
 def export_argv(nsys: str, report: Path, sqlite: Path) -> list[str]:
