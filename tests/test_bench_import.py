@@ -59,11 +59,21 @@ def test_readme_json_rows_as_published() -> None:
     assert tg.raw["samples_ts"] == [119.03, 120.178, 119.43, 118.307, 117.464]
 
 
-def test_a_card_the_cardbook_lacks_is_no_error_but_no_wall() -> None:
-    for run in load_bench_file(DATA / "llama_bench_readme_b5163.json"):
-        assert run.card_name == "NVIDIA GeForce RTX 4080" and run.card_key is None
+def test_the_readme_runs_card_is_matched_and_gets_its_walls() -> None:
+    pp, tg = load_bench_file(DATA / "llama_bench_readme_b5163.json")
+    assert pp.card_name == tg.card_name == "NVIDIA GeForce RTX 4080" and pp.card_key == tg.card_key == "rtx4080"
+    # Identity 1: the RTX 4080's 716.8 GB/s over the model_size the file states.
+    assert tg.decode_wall_tok_s == pytest.approx(716.8e9 / tg.raw["model_size"], rel=1e-9)
+
+
+def test_a_card_the_cardbook_lacks_is_no_error_but_no_wall(tmp_path: Path) -> None:
+    # The README run with its GPU renamed to one no card matches: the same real schema and values.
+    text = (DATA / "llama_bench_readme_b5163.json").read_text().replace("NVIDIA GeForce RTX 4080", "NVIDIA Foo 9000")
+    (tmp_path / "renamed.json").write_text(text)
+    for run in load_bench_file(tmp_path / "renamed.json"):
+        assert run.card_name == "NVIDIA Foo 9000" and run.card_key is None
         assert run.decode_wall_tok_s is None and run.prefill_wall_tok_s is None and run.fraction_of_wall is None
-        assert "card 'NVIDIA GeForce RTX 4080' not in the CardBook; pass --card" in run.wall_note
+        assert "card 'NVIDIA Foo 9000' not in the CardBook; pass --card" in run.wall_note
 
 
 def test_readme_jsonl_with_a_named_card() -> None:
@@ -343,13 +353,14 @@ def test_the_table() -> None:
     table = imported_table(runs)
     assert tuple(table.columns) == TABLE_COLUMNS and len(table) == 6
     assert list(table["test"][:4]) == ["pp512", "tg128", "pp512 @ d4096", "tg128 @ d4096"]
-    assert list(table["card"]) == ["rtx3090"] * 4 + ["NVIDIA GeForce RTX 4080"] * 2
+    assert list(table["card"]) == ["rtx3090"] * 4 + ["rtx4080"] * 2
     assert table["decode wall tok/s"][1] == round(RTX3090_BW / LLAMA3_8B_Q4KM_BYTES, 1)
     assert table["% of wall"][1] == round(100 * 125.299249 / (RTX3090_BW / LLAMA3_8B_Q4KM_BYTES), 1)
     assert table["tok/s"].dtype.kind == "f" and table["decode wall tok/s"].isna().tolist() == [
-        True, False, True, False, True, True]
+        True, False, True, False, True, False]
     assert list(table["batch"]) == [1] * 6 and list(table["depth"]) == [0, 0, 4096, 4096, 0, 0]
-    assert "not in the CardBook" in table["note"][5]
+    # The RTX 4080 run (llama.cpp README): avg_ts 118.881588 tok/s against 716.8 GB/s / 4,677,120,000 B.
+    assert table["% of wall"][5] == round(100 * 118.881588 / (716.8e9 / 4_677_120_000), 1)
     assert list(imported_table([]).columns) == list(TABLE_COLUMNS)
 
 

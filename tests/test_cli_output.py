@@ -128,20 +128,7 @@ def test_a_negative_number_after_a_space_is_a_value(flag: str, value: str, rest:
     assert joined.stderr == result.stderr  # `--params -27e9` and `--params=-27e9` get the same answer
 
 
-def test_note_without_a_browser_is_written_without_images(corpus: Path, tmp_path: Path) -> None:
-    pytest.importorskip("kaleido", reason="the note's figures need kaleido: pip install 'iotrace[image]'")
-    empty = tmp_path / "bin"  # a PATH on which no browser is found (the interpreter is run by its full path)
-    empty.mkdir()
-    out = tmp_path / "notes" / "rgb.md"
-    result = run_cli("note", str(corpus / RGB), "--title", "RGB", "-o", str(out),
-                     env={"PATH": str(empty), "BROWSER_PATH": ""})
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"wrote {out}"
-    assert result.stderr.strip() == ("iotrace: no Chromium for the figures: wrote the note without images; "
-                                     "apt-get install chromium (or set BROWSER_PATH), then rerun")
-    text = out.read_text()
-    assert text.startswith("# RGB\n") and "](img/" not in text
-    assert not (out.parent / "img").exists()
+# A note without a browser: tests/test_note_no_browser.py (real subprocesses, kaleido's own browser search).
 
 
 def test_a_figure_that_fails_leaves_no_empty_img_folder_and_a_whole_word_message(
@@ -153,7 +140,7 @@ def test_a_figure_that_fails_leaves_no_empty_img_folder_and_a_whole_word_message
         def write_image(self, *args: object, **kwargs: object) -> None:
             raise RuntimeError("Kaleido needs Chrome " + "installed and working " * 20)
 
-    monkeypatch.setattr(images, "check_export", lambda: None)  # as if a browser were there
+    monkeypatch.setattr(images, "figure_problem", lambda: None)  # as if a browser were there
     note = Note("n", "N", {})
     note.images.append(Image("n.png", Broken(), "broken"))
     with pytest.raises(images.ImageExportError) as raised:

@@ -21,8 +21,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     note.add_argument("--kernel", metavar="REGEX", help="only kernels whose name matches")
     add_card(note, " (default: the file's device)")
     note.add_argument("--no-images", action="store_true",
-                      help="no PNG figures (they need kaleido and Chromium; without them the note is written without "
-                           "figures anyway, and says how to add them)")
+                      help="no PNG figures, on purpose (they need kaleido and Chrome/Chromium; without either the "
+                           "note is written without figures anyway, with one line saying how to add them)")
     note.set_defaults(func=_cmd_note)
 
     notes = commands.add_parser("notes", help="the published annotated-trace notes in notes/: rebuild them, or check "
@@ -42,25 +42,22 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _cmd_note(args: argparse.Namespace) -> None:
     from iotrace.notes import catalog, from_trace
-    from iotrace.notes.images import write_images
-    from iotrace.trace.render.image import export_problem
+    from iotrace.notes.images import figure_problem, left_out_notice
+    from iotrace.notes.writing import write_note
 
     if args.output.suffix != ".md":
         raise InvalidValueError(f"-o {args.output} is not a .md file", "name the note NAME.md")
     # A missing browser (or kaleido) costs the figures, not the note: the Markdown is the point, and the figures can
     # be added by rerunning once the browser is there. Checked first, so the note links no image it lacks.
-    missing = None if args.no_images else export_problem()
+    missing = None if args.no_images else figure_problem()
     note = from_trace.build(args.trace, name=args.output.stem, title=args.title, corpus=catalog.CORPUS,
                             kernel=args.kernel, card=args.card, images=not args.no_images and missing is None)
     text = catalog.render_with_kept(note, args.output)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    written = write_images(note, args.output.parent / "img")
-    args.output.write_text(text)
-    for path in [*written, args.output]:
+    # All or nothing: a failure midway leaves no partial note, no empty img/, and the note already there as it was.
+    for path in write_note(note, text, args.output, images=bool(note.images)):
         print(f"wrote {path}")
     if missing is not None:
-        print(f"iotrace: no {missing.missing} for the figures: wrote the note without images; {missing.install}, "
-              "then rerun", file=sys.stderr)
+        print(left_out_notice(missing), file=sys.stderr)
 
 
 def _cmd_notes(args: argparse.Namespace) -> None:

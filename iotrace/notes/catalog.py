@@ -94,25 +94,25 @@ def _build(item: Published, corpus: Path) -> Note:
 
 def render_with_kept(note: Note, path: Path) -> str:
     """The note as it would be written to ``path``: the annotations already in the file carried over."""
-    kept = annotations.extract(path.read_text(), path) if path.exists() else {}
+    try:
+        kept = annotations.extract(path.read_text(), path) if path.exists() else {}
+    except OSError as exc:
+        raise InvalidValueError(f"cannot read the note already at {path}: {exc.strerror or type(exc).__name__}",
+                                "choose another -o path") from None
     return render(note, kept, generated_line())
 
 
 def rebuild(notes_dir: Path, names: list[str] | None = None, *, images: bool = True,
             corpus: Path = CORPUS) -> list[Path]:
     """Write every selected note (and its images under ``img/``); returns the files written."""
-    from iotrace.notes.images import write_images
+    from iotrace.notes.writing import write_note
 
-    notes_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for item in _selected(names):
         note = _build(item, corpus)
         path = notes_dir / f"{item.name}.md"
-        text = render_with_kept(note, path)
-        if images and note.images:
-            written += write_images(note, notes_dir / "img")
-        path.write_text(text)
-        written.append(path)
+        # each note with its figures all at once, or (on a failure) not at all
+        written += write_note(note, render_with_kept(note, path), path, images=images and bool(note.images))
     return written
 
 

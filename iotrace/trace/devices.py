@@ -2,16 +2,19 @@
 
 A file says what it saw (name, compute capability, SMs, memory); :func:`with_cards` adds the CardBook key of the
 card with that name, or ``None`` when the CardBook has no such card (an AMD GPU, a card not yet in the book):
-an unknown device is information, not an error.
+an unknown device is information, not an error. :func:`unmatched_notes` says, per such device, which card it would
+need; ``with_cards(rows, notes=meta["notes"])`` appends those sentences to the file's notes.
 """
 
 from __future__ import annotations
 
+import numbers
+import re
 from typing import Any
 
 from iotrace.errors import UnknownCardError
 
-__all__ = ["vendor_of", "with_cards"]
+__all__ = ["card_key", "unmatched_notes", "vendor_of", "with_cards"]
 
 
 def vendor_of(name: str | None, warp_size: Any = None) -> str | None:
@@ -24,31 +27,79 @@ def vendor_of(name: str | None, warp_size: Any = None) -> str | None:
     return None
 
 
+# A memory size inside a card's name ("... 3080 12GB", "A100-SXM4-80GB"): memory variants differ only by it.
+_MEMORY_SIZE = re.compile(r"\d+\s*gb\b", re.IGNORECASE)
+
+
+def _sm_count(value: Any) -> int | None:
+    """A positive SM count from a row, or None (missing, NaN, zero)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value or value <= 0:
+        return None
+    return int(value)
+
+
 def card_key(name: str | None, sm_count: Any = None) -> str | None:
-    """The CardBook key for a device name, or None. A name match whose SM count disagrees with the file is refused."""
+    """The CardBook key for a device name, or None. A name match whose SM count disagrees with the file is refused.
+
+    Memory variants of one product can share the driver's name and differ in SMs: the RTX 3080 10 GB (68 SMs) and
+    12 GB (70 SMs) both report "NVIDIA GeForce RTX 3080". When the named card's SM count disagrees, the other cards
+    whose name or alias is the same name plus a memory size ("NVIDIA GeForce RTX 3080 12GB") are tried, and the one
+    whose SM count agrees with the file wins; with none, or with no SM count to compare, there is no second guess.
+    """
     if not name or not isinstance(name, str):
         return None
-    from iotrace.cards import lookup
+    from iotrace.cards import _normalise, card_book
 
+    book = card_book()
     try:
-        card = lookup(name)
+        card = book.lookup(name)
     except UnknownCardError:
         return None
-    if isinstance(sm_count, int) and sm_count > 0 and card.sm_count != sm_count:
-        return None  # e.g. a cut-down variant sharing a name: better no card than the wrong roofline
-    return card.key
+    sms = _sm_count(sm_count)
+    if sms is None or card.sm_count == sms:
+        return card.key
+    wanted = _normalise(name)
+    for other in book:
+        if other.sm_count == sms and any(_normalise(_MEMORY_SIZE.sub("", spelling)) == wanted
+                                         for spelling in (other.name, *other.aliases)):
+            return other.key
+    return None  # e.g. a cut-down variant sharing a name: better no card than the wrong roofline
 
 
-def with_cards(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each device row with ``vendor`` (when not given) and ``card`` filled in."""
+def unmatched_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One sentence per named, non-AMD device row whose ``card`` is None: which card the CardBook would need.
+
+    Rows without a name (an ncu CSV states only a CC) and AMD devices (no AMD card is matched from a trace) get none.
+    """
+    notes = []
+    for row in rows:
+        name = row.get("name")
+        if row.get("card") is not None or row.get("vendor") == "amd" or not isinstance(name, str) or not name.strip():
+            continue
+        facts = [f"CC {row['cc']}"] if row.get("cc") else []
+        sms = _sm_count(row.get("sm_count"))
+        if sms is not None:
+            facts.append(f"{sms} SMs")
+        device = row.get("device")
+        label = f"device {device} " if device is not None and device == device else "device "
+        said = f" ({', '.join(facts)})" if facts else ""
+        notes.append(f"{label}{name!r}{said} is not in the CardBook: its rooflines use the file's own properties; "
+                     "add a card for it to iotrace/data/cards.toml (see README: CardBook)")
+    return notes
+
+
+def with_cards(rows: list[dict[str, Any]], notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """Each device row with ``vendor`` (when not given) and ``card`` filled in.
+
+    Given ``notes`` (a parser's ``meta["notes"]``), the :func:`unmatched_notes` sentences are appended to it.
+    """
     out = []
     for row in rows:
         row = dict(row)
-        row.setdefault("vendor", vendor_of(row.get("name"), row.get("warp_size")))
         if row.get("vendor") is None:
             row["vendor"] = vendor_of(row.get("name"), row.get("warp_size"))
-        sm = row.get("sm_count")
-        row["card"] = card_key(row.get("name"), int(sm) if isinstance(sm, (int, float)) and sm == sm else None) \
-            if row.get("vendor") != "amd" else None
+        row["card"] = card_key(row.get("name"), _sm_count(row.get("sm_count"))) if row.get("vendor") != "amd" else None
         out.append(row)
+    if notes is not None:
+        notes.extend(unmatched_notes(out))
     return out

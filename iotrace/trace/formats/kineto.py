@@ -243,7 +243,7 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     return build(path, kernels=kernels, ranges=ranges,
                  metrics={"kernel_id": [m[0] for m in metrics], "metric": [m[1] for m in metrics],
                           "value": [m[2] for m in metrics]},
-                 transfers=transfers, devices=with_cards(devices), meta=meta)
+                 transfers=transfers, devices=with_cards(devices, notes=notes), meta=meta)
 
 
 def _all_strings(events: list[_Event]) -> bool:

@@ -253,5 +253,5 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any]) -> Tr
                             "value": metric_values})
     rows = [{k: (int(v) if isinstance(v, float) and k not in ("name", "cc") and v == int(v) else v)
              for k, v in d.items()} for d in devices.values()]
-    return build(path, kernels=kernel_frame, metrics=metrics, devices=with_cards(rows), meta=meta)
+    return build(path, kernels=kernel_frame, metrics=metrics, devices=with_cards(rows, notes=meta["notes"]), meta=meta)
 

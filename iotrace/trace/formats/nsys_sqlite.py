@@ -80,8 +80,9 @@ def read_database(db: sqlite3.Connection, path: Path) -> TraceTables:
     kernels = _kernels(db, tables, spec, strings, path)
     ranges, calls = _ranges(db, tables, spec, strings)
     kernels, ranges = join_frames(kernels, ranges, calls)
-    return build(path, kernels=kernels, ranges=ranges, devices=with_cards(_devices(db, tables, spec)),
-                 transfers=_transfers(db, tables, strings), meta=meta)
+    devices = with_cards(_devices(db, tables, spec), notes=meta["notes"])
+    return build(path, kernels=kernels, ranges=ranges, devices=devices, transfers=_transfers(db, tables, strings),
+                 meta=meta)
 
 
 def _meta(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any]) -> dict[str, Any]:
