@@ -120,7 +120,7 @@ def test_cli_info_on_real_files(corpus: Path) -> None:
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout)
     assert info["format"] == "nsys-sqlite" and info["version"] == "2023.1.2.43"
-    assert info["counts"]["kernels"] == 36 and info["counts"]["ranges"] == 59
+    assert info["counts"]["kernel_rows"] == 36 and info["counts"]["ranges"] == 59
     assert {d["card"] for d in info["devices"]} == {"rtx3090"}
     assert len(info["top_kernels"]) == 2
     assert info["top_kernels"][0]["launches"] == 7

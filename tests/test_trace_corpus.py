@@ -482,5 +482,5 @@ def test_new_files_sniff_by_content_and_run_through_info(corpus: Path, name: str
     done = run_cli("info", str(corpus / name), "--json")
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout)
-    assert info["format"] == fmt and info["counts"]["kernels"] == n_kernels
+    assert info["format"] == fmt and info["counts"]["kernel_rows"] == n_kernels
     assert [d["card"] for d in info["devices"]] == ([card] if card else [])

@@ -34,7 +34,7 @@ def test_loading_a_kineto_trace_and_its_breakdown_never_import_pandas() -> None:
     script = ("import sys, iotrace.trace\n"
               "t = iotrace.trace.load(sys.argv[1])\n"
               "rows = t.kernel_breakdown(); counts = t.counts()\n"
-              "print('pandas' in sys.modules, counts['kernels'], len(rows), rows[0].name, rows[0].launches)\n")
+              "print('pandas' in sys.modules, counts['kernel_rows'], len(rows), rows[0].name, rows[0].launches)\n")
     done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=True)
     pandas_imported, kernels, names, top, launches = done.stdout.split(maxsplit=4)
     assert pandas_imported == "False"

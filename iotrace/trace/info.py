@@ -5,9 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from iotrace.trace.tables import TraceTables
 
-__all__ = ["render_info", "summarise"]
+__all__ = ["counts_text", "render_info", "smem_columns", "smem_text", "summarise"]
+
+#: The shared-memory quantities per launch: key in JSON -> column of the kernels table (the total is static +
+#: dynamic where both are known, else the file's own total, e.g. Kineto's "shared memory").
+SMEM_KEYS = ("static_smem_bytes", "dynamic_smem_bytes", "smem_bytes")
 
 
 def _plain(value: Any) -> Any:
@@ -26,17 +32,74 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """:meth:`TraceTables.counts` in words, the same in ``iotrace info`` and ``iotrace report``: distinct kernels
+    with their launches (and how many carry a duration, where not all do), metric values, CPU-side ranges (GPU
+    mirrors apart), memcpy and memset operations, devices."""
+    launches = _plural(counts["launches"], "launch", "launches")
+    if counts["measured_launches"] != counts["launches"]:
+        launches += f", {counts['measured_launches']} with a duration"
+    ranges = _plural(counts["ranges"], "range")
+    if counts["gpu_ranges"]:
+        ranges += f" (+{counts['gpu_ranges']} GPU mirrors)"
+    return (f"{_plural(counts['kernels'], 'kernel')} ({launches}), {_plural(counts['metrics'], 'metric value')}, "
+            f"{ranges}, {counts['memcpy']} memcpy, {counts['memset']} memset, {_plural(counts['devices'], 'device')}")
+
+
+def smem_columns(tables: TraceTables) -> dict[str, np.ndarray]:
+    """Static, dynamic and total shared memory per block of every kernel row (NaN where the file lacks it), without
+    pandas; the total is static + dynamic where both are known, else the file's own total."""
+    static = tables.column("kernels", "static_smem_bytes").astype(np.float64)
+    dynamic = tables.column("kernels", "dynamic_smem_bytes").astype(np.float64)
+    total = np.where(np.isnan(static) | np.isnan(dynamic), tables.column("kernels", "smem_bytes"), static + dynamic)
+    return {"static_smem_bytes": static, "dynamic_smem_bytes": dynamic, "smem_bytes": total}
+
+
+def _smem_by_name(tables: TraceTables) -> dict[Any, dict[str, dict[str, int] | None]]:
+    """Per kernel name: {"min", "max"} of each shared-memory quantity over its launches that record it (None where
+    none does); min < max says the launches differ."""
+    columns = smem_columns(tables)
+    rows: dict[Any, list[int]] = {}
+    for i, name in enumerate(tables.column("kernels", "name").tolist()):
+        rows.setdefault(name, []).append(i)
+    out: dict[Any, dict[str, dict[str, int] | None]] = {}
+    for name, index in rows.items():
+        entry: dict[str, dict[str, int] | None] = {}
+        for key in SMEM_KEYS:
+            values = columns[key][index]
+            values = values[~np.isnan(values)]
+            entry[key] = {"min": int(values.min()), "max": int(values.max())} if len(values) else None
+        out[name] = entry
+    return out
+
+
+def smem_text(low: int | None, high: int | None = None) -> str:
+    """Bytes of shared memory per block for a person: "148,992 B", "0 to 76,896 B" (launches differ), "?"."""
+    if low is None:
+        return "?"
+    return f"{low:,} B" if high is None or high == low else f"{low:,} to {high:,} B"
+
+
 def summarise(tables: TraceTables, top: int = 10) -> dict[str, Any]:
-    """Format, tool, version, schema, devices with their cards, table counts, the top kernels and notes."""
+    """Format, tool, version, schema, devices with their cards, table counts, the top kernels and notes.
+
+    Each top kernel carries its shared memory per block over its launches: ``static_smem_bytes``,
+    ``dynamic_smem_bytes`` and ``smem_bytes`` (the total), each ``{"min": ..., "max": ...}`` (equal when every
+    launch agrees) or None where the file does not record it."""
     meta = tables.meta
     keys = ("device", "name", "cc", "sm_count", "memory_bytes", "card")
     columns = [tables.column("devices", key).tolist() for key in keys]
     devices = [{key: _plain(value) for key, value in zip(keys, row, strict=True)} for row in zip(*columns, strict=True)]
     breakdown = tables.kernel_breakdown()  # no pandas: `iotrace info` on a small trace costs less than its import
     grand = sum(row.total_ns for row in breakdown)
+    smem = _smem_by_name(tables) if breakdown else {}
     kernels = [{"name": row.name, "launches": row.launches, "total_ns": _plain(row.total_ns),
                 "mean_ns": _plain(row.total_ns / row.launches) if row.launches else None,
-                "share_pct": round(100.0 * row.total_ns / grand, 2) if grand > 0 else 0.0}
+                "share_pct": round(100.0 * row.total_ns / grand, 2) if grand > 0 else 0.0, **smem[row.name]}
                for row in breakdown[:top]]
     return {"source": meta.get("source"), "format": meta.get("format"), "tool": meta.get("tool"),
             "version": meta.get("version"), "schema": meta.get("schema"), "devices": devices,
@@ -62,8 +125,7 @@ def render_info(info: dict[str, Any], width: int = 100, wide: bool = False) -> s
              f"  format   {info['format']} ({info['tool']}, version {info['version'] or 'not stated'})",
              f"  schema   {info['schema']}"]
     counts = info["counts"]
-    lines.append(f"  counts   {counts['kernels']} kernels ({counts['launches']} launches), {counts['metrics']} "
-                 f"metric values, {counts['ranges']} ranges, {counts['transfers']} transfers")
+    lines.append(f"  counts   {counts_text(counts)}")
     if info["devices"]:
         lines.append("  devices")
         for d in info["devices"]:
@@ -74,10 +136,14 @@ def render_info(info: dict[str, Any], width: int = 100, wide: bool = False) -> s
     else:
         lines.append("  devices  none named in the file")
     if info["top_kernels"]:
-        lines.append("  top kernels by total time (measured)")
+        lines.append("  top kernels by total time (measured; smem: shared memory per block)")
         for k in info["top_kernels"]:
-            name = k["name"] if wide or len(k["name"]) <= width - 40 else k["name"][: width - 41] + "…"
-            lines.append(f"    {k['share_pct']:6.2f}%  {_duration(k['total_ns']):>12}  x{k['launches']:<6} {name}")
+            total = k.get("smem_bytes")
+            smem = f"  smem {smem_text(total['min'], total['max'])}" if total else ""
+            room = width - 40 - len(smem)
+            name = k["name"] if wide or len(k["name"]) <= room else k["name"][: room - 1] + "…"
+            lines.append(f"    {k['share_pct']:6.2f}%  {_duration(k['total_ns']):>12}  x{k['launches']:<6} {name}"
+                         + smem)
     for note in info["notes"]:
         lines.append(f"  note     {note}")
     return "\n".join(lines)

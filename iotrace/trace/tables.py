@@ -1,9 +1,10 @@
 """The one table model every trace format loads into: :class:`TraceTables`.
 
-Five long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
+Six long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
 with ``launches`` saying how many), ``metrics`` (kernel id, metric, unit, value), ``ranges`` (NVTX and
 annotation ranges), ``devices`` (what the file says about each GPU, with the matched CardBook card), ``transfers``
-(memory copies and sets) and ``meta`` (source, format, tool, version, schema, notes). Columns a format does not
+(memory copies and sets), ``ops`` (CPU ops with input shapes, Kineto only; a kernel's ``op_id`` is the op open when
+it was launched) and ``meta`` (source, format, tool, version, schema, notes). Columns a format does not
 carry are present and missing (``<NA>`` / NaN), never absent, so a report can rely on the names below.
 
 :func:`build` is the only way parsers make tables: it orders and types the columns and refuses values no real
@@ -29,8 +30,8 @@ from iotrace.trace.errors import TraceFormatError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEVICE_COLUMNS", "KERNEL_COLUMNS", "METRIC_COLUMNS", "RANGE_COLUMNS", "TABLES", "TRANSFER_COLUMNS",
-           "Column", "KernelTotal", "TraceTables", "build"]
+__all__ = ["DEVICE_COLUMNS", "GPU_RANGE_DOMAINS", "KERNEL_COLUMNS", "METRIC_COLUMNS", "RANGE_COLUMNS", "TABLES",
+           "TRANSFER_COLUMNS", "Column", "KernelTotal", "TraceTables", "build"]
 
 # Column -> dtype. "Int64" is pandas' nullable integer (int64 values and a missing mask here): a missing value stays
 # missing instead of becoming a float.
@@ -43,7 +44,7 @@ KERNEL_COLUMNS: dict[str, str] = {
     "smem_bytes": "Int64", "local_mem_bytes_per_thread": "Int64",
     "blocks_per_sm": "float64", "warps_per_sm": "float64", "theoretical_occupancy_pct": "float64",
     "est_achieved_occupancy_pct": "float64", "achieved_occupancy_pct": "float64",
-    "nvtx_range_id": "Int64", "nvtx_path": "object", "launch_ns": "Int64",
+    "nvtx_range_id": "Int64", "nvtx_path": "object", "launch_ns": "Int64", "op_id": "Int64",
 }
 METRIC_COLUMNS: dict[str, str] = {"kernel_id": "int64", "metric": "object", "unit": "object", "value": "float64"}
 RANGE_COLUMNS: dict[str, str] = {
@@ -57,6 +58,12 @@ DEVICE_COLUMNS: dict[str, str] = {
     "max_blocks_per_sm": "Int64", "max_regs_per_sm": "Int64", "max_smem_per_sm": "Int64",
     "max_smem_per_block_optin": "Int64", "card": "object",
 }
+#: CPU ops with their input shapes (Kineto traces recorded with record_shapes; see trace_fields.toml's shaped_ops):
+#: the lists are as the file writes them, e.g. input_dims [[1024, 1705], [1705, 512]], input_types ["float", ...].
+OP_COLUMNS: dict[str, str] = {
+    "id": "int64", "name": "object", "start_ns": "Int64", "end_ns": "Int64", "duration_ns": "float64",
+    "process": "Int64", "thread": "Int64", "input_dims": "object", "input_types": "object",
+}
 TRANSFER_COLUMNS: dict[str, str] = {
     "kind": "object", "device": "Int64", "stream": "Int64", "start_ns": "Int64", "end_ns": "Int64",
     "duration_ns": "float64", "bytes": "Int64", "launches": "int64",
@@ -68,8 +75,12 @@ _DURATION_LIMIT = 1e16       # ns, about 115 days: no single kernel, range or su
 _VALUE_LIMIT = 1e30          # metric values: counters and rates stay far below this
 
 
+#: ``ranges.domain`` values that mirror a CPU-side range on the GPU timeline (Kineto copies each ``user_annotation``
+#: onto the GPU stream it covered as ``gpu_user_annotation``): :meth:`TraceTables.counts` counts them apart.
+GPU_RANGE_DOMAINS: frozenset[str] = frozenset({"gpu_user_annotation"})
+
 TABLES: dict[str, dict[str, str]] = {"kernels": KERNEL_COLUMNS, "metrics": METRIC_COLUMNS, "ranges": RANGE_COLUMNS,
-                                     "devices": DEVICE_COLUMNS, "transfers": TRANSFER_COLUMNS}
+                                     "devices": DEVICE_COLUMNS, "transfers": TRANSFER_COLUMNS, "ops": OP_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,10 @@ class TraceTables:
     def transfers(self) -> pd.DataFrame:
         return self.table("transfers")
 
+    @property
+    def ops(self) -> pd.DataFrame:
+        return self.table("ops")
+
     def rows(self, name: str) -> int:
         """How many rows table ``name`` has."""
         if name in self._frames:
@@ -172,20 +187,40 @@ class TraceTables:
         return sorted(rows, key=lambda row: -row.total_ns)
 
     def counts(self) -> dict[str, int]:
-        """Rows per table, and launches (a summary export has fewer rows than launches)."""
-        return {"kernels": self.rows("kernels"), "launches": int(self.column("kernels", "launches").sum()),
-                "metrics": self.rows("metrics"), "ranges": self.rows("ranges"), "devices": self.rows("devices"),
-                "transfers": self.rows("transfers")}
+        """What the trace holds, counted the same way by every command (``iotrace info``, ``iotrace report``).
+
+        ``kernels``: distinct kernel names; ``kernel_rows``: rows of the kernels table (one per launch, or one per
+        name in a summary export); ``launches``: launches (the sum of ``launches``); ``measured_launches``: the
+        launches that carry a duration (what :meth:`top_kernels` and :meth:`kernel_breakdown` add up; a range
+        profiler's kernels have none); ``metrics``: metric values; ``ranges``: CPU-side NVTX/annotation ranges;
+        ``gpu_ranges``: their GPU-timeline mirrors (Kineto's ``gpu_user_annotation``, see
+        :data:`GPU_RANGE_DOMAINS`), counted apart so a range is not counted twice; ``memcpy`` and ``memset``: memory
+        copies and sets (operations: a summary row counts its calls); ``transfers``: every row of the transfers
+        table as operations (memcpy + memset, and any other kind); ``devices``: devices the file describes.
+        """
+        launches = self.column("kernels", "launches")
+        duration = self.column("kernels", "duration_ns")
+        domains = self.column("ranges", "domain")
+        gpu_ranges = sum(1 for domain in domains.tolist() if domain in GPU_RANGE_DOMAINS)
+        kinds = [str(kind).lower() for kind in self.column("transfers", "kind").tolist()]
+        ops = self.column("transfers", "launches")
+        memcpy = int(sum(n for kind, n in zip(kinds, ops.tolist(), strict=True) if kind.startswith("memcpy")))
+        memset = int(sum(n for kind, n in zip(kinds, ops.tolist(), strict=True) if kind.startswith("memset")))
+        return {"kernels": len(set(self.column("kernels", "name").tolist())), "kernel_rows": self.rows("kernels"),
+                "launches": int(launches.sum()), "measured_launches": int(launches[~np.isnan(duration)].sum()),
+                "metrics": self.rows("metrics"), "ranges": len(domains) - gpu_ranges, "gpu_ranges": gpu_ranges,
+                "memcpy": memcpy, "memset": memset, "transfers": int(ops.sum()), "devices": self.rows("devices")}
 
 
 def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any = None, devices: Any = None,
-          transfers: Any = None, meta: dict[str, Any]) -> TraceTables:
+          transfers: Any = None, ops: Any = None, meta: dict[str, Any]) -> TraceTables:
     """Conform each table to its columns and types and check every number; raise rather than return bad data.
 
     Each table argument is a DataFrame, a list of row dicts, or a dict of columns (lists or numpy arrays of one
     length); ``None`` is an empty table. Plain columns of numbers and strings are conformed without pandas.
     """
-    given = {"kernels": kernels, "metrics": metrics, "ranges": ranges, "devices": devices, "transfers": transfers}
+    given = {"kernels": kernels, "metrics": metrics, "ranges": ranges, "devices": devices, "transfers": transfers,
+             "ops": ops}
     columns = {name: _conform(path, name, given[name], spec) for name, spec in TABLES.items()}
     ids = np.sort(columns["kernels"]["id"].values)  # sort and searchsorted: np.unique/isin import numpy.ma
     if (ids[1:] == ids[:-1]).any():

@@ -43,7 +43,7 @@ PROFILER_RANGE = "cuda_profiler_range"
 _TIME_LIMIT_US = 1e17
 _OLD_CATEGORIES = ("Kernel", "Runtime", "Operator")
 #: Kinds of the events kept, by category.
-_KERNEL, _RANGE_PROFILER, _RUNTIME, _ANNOTATION, _TRANSFER = range(5)
+_KERNEL, _RANGE_PROFILER, _RUNTIME, _ANNOTATION, _TRANSFER, _OP = range(6)
 #: Top-level keys read besides ``traceEvents`` (the device lists come from the field map).
 _DOCUMENT_KEYS = ("schemaVersion", "distributedInfo", "cupti_version", "cuda_runtime_version", "cuda_driver_version")
 
@@ -141,8 +141,9 @@ def _schema(events: list[_Event], doc: dict[str, Any]) -> str:
 def _kinds(schema: str) -> dict[str, int]:
     spec = fields("kineto")
     kinds = {PROFILER_RANGE: _RANGE_PROFILER}
-    for group, kind in (("transfer_categories", _TRANSFER), ("range_categories", _ANNOTATION),
-                        ("runtime_categories", _RUNTIME), ("kernel_categories", _KERNEL)):
+    for group, kind in (("op_categories", _OP), ("transfer_categories", _TRANSFER),
+                        ("range_categories", _ANNOTATION), ("runtime_categories", _RUNTIME),
+                        ("kernel_categories", _KERNEL)):
         kinds.update(dict.fromkeys(spec[group][schema], kind))
     return kinds
 
@@ -151,11 +152,12 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     spec = fields("kineto")
     schema = _schema(events, doc)
     kinds = _kinds(schema)
-    picked: list[list[int]] = [[] for _ in range(5)]
+    shaped = frozenset(spec["shaped_ops"]["names"])
+    picked: list[list[int]] = [[] for _ in range(6)]
     for index, event in enumerate(events):
         if event.ph == "X" and event.cat is not None:
             kind = kinds.get(event.cat)
-            if kind is not None:
+            if kind is not None and (kind != _OP or event.name in shaped):
                 picked[kind].append(index)
     kernel_index = sorted(picked[_KERNEL] + picked[_RANGE_PROFILER])
     kept = {kind: [events[i] for i in index] for kind, index in
@@ -222,6 +224,12 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
         kernels["nvtx_range_id"] = _nullable(np.where(hit, ranges["id"][np.clip(found, 0, None)], 0), ~hit)
         kernels["nvtx_path"] = np.where(hit, nested["path"][np.clip(found, 0, None)], None).tolist()
 
+    ops, op_of_kernel = _ops([events[i] for i in picked[_OP]], threads, kernel_corr, call_corr, call_thread,
+                             call_time)
+    if len(op_of_kernel):
+        hit = op_of_kernel >= 0
+        kernels["op_id"] = _nullable(np.where(hit, op_of_kernel, 0), ~hit)
+
     transfer_events = kept[_TRANSFER]
     transfer_args = _arguments(transfer_events)
     transfer_start, transfer_duration = times[_TRANSFER]
@@ -240,10 +248,37 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
             "notes": notes, **_distributed(doc)}
     kernels["start_ns"] = _nullable(*kernels["start_ns"])
     kernels["end_ns"] = _nullable(*kernels["end_ns"])
-    return build(path, kernels=kernels, ranges=ranges,
+    return build(path, kernels=kernels, ranges=ranges, ops=ops,
                  metrics={"kernel_id": [m[0] for m in metrics], "metric": [m[1] for m in metrics],
                           "value": [m[2] for m in metrics]},
                  transfers=transfers, devices=with_cards(devices, notes=notes), meta=meta)
+
+
+def _ops(events: list[_Event], threads: dict[tuple[str, str], int], kernel_corr: np.ndarray, call_corr: np.ndarray,
+         call_thread: np.ndarray, call_time: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+    """The shaped CPU ops (``ops`` table columns) and, per kernel, the id of the innermost op open on the launching
+    thread when its launch call began (-1: none), joined as NVTX ranges are.
+
+    CPU ops were never read before; one with a value no profiler writes (a string timestamp) is left out rather
+    than failing a file that loads without it.
+    """
+    good = [e for e in events if type(e.name) is str and _times([e]) is not None]
+    args = _arguments(good)
+    start, duration = _times(good) if good else (np.zeros(0, dtype=np.int64), np.zeros(0))
+    _, end = _span(start, duration)
+    ops: dict[str, Any] = {
+        "id": np.arange(len(good), dtype=np.int64), "name": [e.name for e in good], "start_ns": start,
+        "end_ns": end[0], "duration_ns": duration, "process": [int_or_none(e.pid) for e in good],
+        "thread": [int_or_none(e.tid) for e in good],
+        "input_dims": [a.get("Input Dims") if isinstance(a.get("Input Dims"), list) else None for a in args],
+        "input_types": [a.get("Input type") if isinstance(a.get("Input type"), list) else None for a in args]}
+    if not good or not len(kernel_corr):
+        return ops, np.full(len(kernel_corr), -1, dtype=np.int64) if good else np.zeros(0, dtype=np.int64)
+    arrays = {"thread": np.array([_thread(threads, e) for e in good], dtype=np.int64), "start_ns": start,
+              "end_ns": end[0], "nests": np.ones(len(good), dtype=bool), "name": np.array(ops["name"], dtype=object),
+              "id": ops["id"]}
+    _, found = range_paths(arrays, kernel_corr, call_corr, call_thread, call_time)
+    return ops, found
 
 
 def _all_strings(events: list[_Event]) -> bool:

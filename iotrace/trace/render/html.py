@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from functools import cache
 
+from iotrace.trace.info import counts_text
 from iotrace.trace.render.figures import figures
 from iotrace.trace.render.fmt import bytes_, duration, num, pct
 from iotrace.trace.reports.records import Finding
@@ -62,8 +63,8 @@ def _findings(findings: list[Finding]) -> str:
 
 
 def _kernel_table(report: Report) -> str:
-    rows = [_row(["kernel", "grid", "block", "regs", "time", "theoretical (iotrace / file)", "achieved", "limiter",
-                  "top stall", "bound"], header=True)]
+    rows = [_row(["kernel", "grid", "block", "regs", "shared memory/block", "time", "theoretical (iotrace / file)",
+                  "achieved", "limiter", "top stall", "bound"], header=True)]
     for k in report.kernels:
         occ = k.occupancy
         stall = next((f"{reason(r).label} {s * 100:.0f}%" for r, s in k.stall_shares().items()
@@ -73,7 +74,7 @@ def _kernel_table(report: Report) -> str:
             e(f"#{k.kernel_id} {k.name}"), e("×".join("?" if v is None else str(v) for v in k.grid)),
             e("×".join("?" if v is None else str(v) for v in k.block)), e(k.registers if k.registers is not None
                                                                           else "—"),
-            e(duration(k.duration_ns)),
+            e(k.smem_text()), e(duration(k.duration_ns)),
             e(f"{pct(None if occ is None else occ.theoretical_pct)} / "
               f"{pct(None if occ is None else occ.theoretical_pct_file)}"),
             e(pct(None if occ is None else occ.achieved_pct)), e(", ".join(occ.limiters) if occ else "—"), e(stall),
@@ -113,21 +114,35 @@ def _page(title: str, body: str) -> str:
             f"<style>{_STYLE}</style>\n<script>{_plotly_js()}</script></head>\n<body>\n{body}\n</body></html>\n")
 
 
+#: The op-roofline table's columns, in the HTML and Markdown reports.
+OP_HEADERS = ("op", "shapes", "dtype", "calls", "kernel time", "FLOP/byte", "achieved", "% of attainable", "bound")
+
+
 def report_html(report: Report) -> str:
     """The whole report as one HTML page that needs no network."""
     meta = report.meta
     body = [f"<h1>iotrace report</h1><p><code>{e(meta.get('source'))}</code><br>{e(meta.get('format'))} "
             f"({e(meta.get('tool'))}, version {e(meta.get('version') or 'not stated')})<br>card: "
-            f"{e(report.card.name if report.card else 'none')} — {e(report.card_source)}</p>",
-            f"<h2>Kernels ({len(report.kernels)})</h2>", _kernel_table(report), "<h2>Figures</h2>"]
+            f"{e(report.card.name if report.card else 'none')} — {e(report.card_source)}<br>counts: "
+            f"{e(counts_text(report.counts))}</p>",
+            f"<h2>{e(report.kernels_title())}</h2>", _kernel_table(report), "<h2>Figures</h2>"]
     for n, (name, fig) in enumerate(figures(report)):
         body.append(f'<div class="figure" id="{e(name)}">'
                     + fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{n}",
                                   config={"displaylogo": False, "responsive": True}) + "</div>")
+    if not report.ops.empty:
+        body += ["<h2>Op rooflines (from input shapes; FLOPs and bytes from the plugins' cost models)</h2>",
+                 "<table>" + _row([e(h) for h in OP_HEADERS], header=True) + "".join(
+                     _row([e(r["op"]), e(r["shapes"]), e(r["dtype"]), e(r["calls"]), e(duration(r["kernel_ns"])),
+                           e(num(r["intensity"])), e(f"{num(r['achieved_flop_per_s'])}FLOP/s"),
+                           e(pct(r["pct_of_attainable"])), e(r["bound"] or "—")])
+                     for r in report.ops.to_dict("records")) + "</table>",
+                 "<ul>" + "".join(f"<li>{e(f)}</li>" for f in dict.fromkeys(report.ops["formula"])) + "</ul>"]
     body += ["<h2>Findings</h2>", _findings(report.findings) or "<p>none</p>"]
     if report.unavailable:
         body.append("<h2>Not available</h2><ul>" + "".join(
-            f'<li class="na">{e(u["line"])}' + (f" ({u['kernels']} kernels)" if u["kernels"] > 1 else "") + "</li>"
+            f'<li class="na">{e(u["line"])}' + (f" ({e(report.row_unit(u['kernels']))})" if u["kernels"] > 1 else "")
+            + "</li>"
             for u in report.unavailable) + "</ul>")
     body += ["<h2>Kernel details</h2>", _details(report)]
     if report.notes:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from iotrace.trace.info import counts_text, smem_text
 from iotrace.trace.render.fmt import bytes_, duration, num, pct, short
 from iotrace.trace.reports.diff import TRAFFIC, Diff
 from iotrace.trace.reports.records import Finding
-from iotrace.trace.reports.report import Report
+from iotrace.trace.reports.report import KernelReport, Report
 from iotrace.trace.reports.stall_reasons import reason
 from iotrace.trace.reports.stalls import primary
 
@@ -43,25 +44,34 @@ def _findings(findings: list[Finding]) -> list[str]:
     return [*out, ""]
 
 
+def _smem(k: KernelReport) -> str:
+    """Shared memory per block in a table cell: the total, with its range where the launches differ."""
+    span = k.smem_bytes_range
+    if span is not None and span["min"] != span["max"]:
+        return smem_text(span["min"], span["max"])
+    return smem_text(k.smem_bytes)
+
+
 def report_markdown(report: Report, details: int = 5, images: dict[str, str] | None = None) -> str:
     meta = report.meta
     lines = ["# iotrace report", "", f"{md(meta.get('source'))} — {md(meta.get('format'))} ({md(meta.get('tool'))}, "
              f"version {md(meta.get('version') or 'not stated')}); card: "
-             f"{md(report.card.name if report.card else 'none')} ({md(report.card_source)})", ""]
+             f"{md(report.card.name if report.card else 'none')} ({md(report.card_source)})", "",
+             f"Counts: {md(counts_text(report.counts))}", ""]
     rows = []
     for k in report.kernels:
         occ = k.occupancy
         stall = next((f"{reason(r).label} {s * 100:.0f}%" for r, s in k.stall_shares().items()
                       if not reason(r).not_a_stall), "—")
         roof = k.roofline
-        rows.append([md(f"#{k.kernel_id} {k.name}", 70), duration(k.duration_ns),
+        rows.append([md(f"#{k.kernel_id} {k.name}", 70), md(_smem(k)), duration(k.duration_ns),
                      pct(None if occ is None else occ.theoretical_pct), pct(None if occ is None else
                                                                              occ.theoretical_pct_file),
                      pct(None if occ is None else occ.achieved_pct), md(", ".join(occ.limiters) if occ else "—"),
                      md(stall), md("—" if roof is None or roof.bound is None else f"{roof.bound} ({roof.basis})")])
-    lines += [f"## Kernels ({len(report.kernels)})", ""]
-    lines += _table(["kernel", "time", "theoretical (iotrace)", "theoretical (file)", "achieved", "limiter",
-                     "top stall", "bound"], rows)
+    lines += [f"## {md(report.kernels_title())}", ""]
+    lines += _table(["kernel", "smem/block", "time", "theoretical (iotrace)", "theoretical (file)", "achieved",
+                     "limiter", "top stall", "bound"], rows)
     for name, path in (images or {}).items():
         lines += [f"![{md(name)}]({Path(path).name})", ""]
     for k in report.kernels[:details]:
@@ -89,6 +99,14 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
                          for r in line.top_kernels.to_dict("records")])
         for r in line.idle.to_dict("records"):
             lines += [f"GPU {r['device']}: idle {pct(r['idle_share'] * 100)} of {duration(r['span_ns'])}.", ""]
+    if not report.ops.empty:
+        lines += ["## Op rooflines (from input shapes; the plugins' cost models)", ""]
+        lines += _table(["op", "shapes", "dtype", "calls", "kernel time", "FLOP/byte", "achieved", "% of attainable",
+                         "bound"],
+                        [[md(r["op"]), md(r["shapes"]), r["dtype"], str(r["calls"]), duration(r["kernel_ns"]),
+                          num(r["intensity"]), f"{num(r['achieved_flop_per_s'])}FLOP/s", pct(r["pct_of_attainable"]),
+                          r["bound"] or "—"] for r in report.ops.to_dict("records")])
+        lines += [f"- {md(f)}" for f in dict.fromkeys(report.ops["formula"])] + [""]
     lines += ["## Findings", "", *_findings(report.findings)]
     if report.unavailable:
         lines += ["## Not available", ""] + [f"- {md(u['line'])}" for u in report.unavailable] + [""]

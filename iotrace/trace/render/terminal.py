@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from iotrace.render.console import RULE_WIDTH, is_natural
+from iotrace.trace.info import counts_text
 from iotrace.trace.render.fmt import bytes_, duration, num, pct, short
 from iotrace.trace.reports.diff import TRAFFIC, Diff
 from iotrace.trace.reports.records import Finding
@@ -65,10 +66,11 @@ def _header(console: Console, report: Report) -> None:
                   f"{escape(str(meta.get('version') or 'not stated'))})")
     card = report.card.name if report.card is not None else "none"
     console.print(f"  card: {escape(card)} — {escape(report.card_source)}")
+    console.print(f"  counts: {escape(counts_text(report.counts))}")
 
 
 def _summary(console: Console, report: Report) -> None:
-    table = _table(f"Kernels ({len(report.kernels)})")
+    table = _table(report.kernels_title())
     _column(console, table, "# kernel", ratio=1, overflow="ellipsis", no_wrap=True, min_width=16, max_width=30)
     # Widths that fit 100 columns with the kernel name taking what is left.
     for col, width in (("time", 8), ("occ th/ach", 10), ("limiter", 9), ("top stall", 19), ("bound", 7)):
@@ -97,7 +99,7 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
     grid = "×".join("?" if v is None else str(v) for v in k.grid)
     block = "×".join("?" if v is None else str(v) for v in k.block)
     console.print(f"  grid {grid}, block {block}, {k.registers if k.registers is not None else '?'} registers/thread, "
-                  f"{duration(k.duration_ns)} per launch, {k.launches} launch(es)"
+                  f"shared memory/block {k.smem_text()}, {duration(k.duration_ns)} per launch, {k.launches} launch(es)"
                   + (f", iotrace plugin {escape(k.plugin)}" if k.plugin else ""))
     ranked = primary(k.stalls, k.kernel_id)
     if len(ranked):
@@ -129,8 +131,14 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
                           "—" if lv.ceiling_bytes_per_s is None else f"{num(lv.ceiling_bytes_per_s)}B/s",
                           escape(lv.ceiling_source))
         console.print(table)
-        console.print(f"  bound: [bold]{roof.bound or '—'}[/] ({roof.basis}), {pct(roof.pct_of_attainable)} of "
-                      f"attainable; ridge {num(roof.ridge)} FLOP/byte; achieved {num(roof.achieved_flop_per_s)}FLOP/s")
+        if roof.bound_basis == "speed of light":
+            console.print(f"  bound: [bold]{roof.bound}[/] ({roof.basis}, speed of light: SM "
+                          f"{pct(roof.sol['sm_throughput_pct'])}, memory {pct(roof.sol['memory_throughput_pct'])} "
+                          "of peak; no DRAM bytes or FLOPs for a roofline)")
+        else:
+            console.print(f"  bound: [bold]{roof.bound or '—'}[/] ({roof.basis}), {pct(roof.pct_of_attainable)} of "
+                          f"attainable; ridge {num(roof.ridge)} FLOP/byte; achieved "
+                          f"{num(roof.achieved_flop_per_s)}FLOP/s")
         if roof.model is not None:
             m = roof.model
             console.print(f"  model ({escape(m.plugin)}, modelled): {num(m.flops)} FLOPs, {bytes_(m.bytes)} — "
@@ -211,6 +219,30 @@ def _timeline(console: Console, report: Report) -> None:
                       f"{duration(lat['p90'])}, max {duration(lat['max'])} over {lat['count']} launches")
 
 
+def _ops(console: Console, report: Report, top: int = 10) -> None:
+    """The op rooflines: GEMM, attention and RMSNorm ops from their input shapes, largest kernel time first."""
+    ops = report.ops
+    if ops.empty:
+        return
+    console.print()
+    shown = f"top {top} of {len(ops)}" if len(ops) > top else f"{len(ops)}"
+    table = _table(f"Op rooflines ({shown} op shapes; FLOPs and bytes from the plugins' cost models)")
+    for col, width in (("op", 8), ("shapes", 12), ("dtype", 5), ("calls", 5), ("time", 9), ("FLOP/B", 6),
+                       ("FLOP/s", 7), ("attain.", 7), ("bound", 7)):
+        caps = {"op": 8, "shapes": 22}  # at 100 columns; natural width drops the caps
+        _column(console, table, col, justify="left" if col in ("op", "shapes", "dtype", "bound") else "right",
+                no_wrap=True, min_width=width, overflow="ellipsis", max_width=caps.get(col))
+    for row in ops.head(top).to_dict("records"):
+        table.add_row(escape(row["op"].removeprefix("aten::")), escape(_name(console, row["shapes"], 40)),
+                      row["dtype"], str(row["calls"]), duration(row["kernel_ns"]), num(row["intensity"]),
+                      num(row["achieved_flop_per_s"]), pct(row["pct_of_attainable"]), row["bound"] or "—")
+    console.print(table)
+    for formula in dict.fromkeys(ops["formula"].head(top)):
+        console.print(f"  [dim]{escape(formula)}[/]")
+    if len(ops) > top:
+        console.print(f"  [dim]{len(ops) - top} more op shapes: --format json has every one[/]")
+
+
 def print_report(console: Console, report: Report, details: int = DETAILS) -> None:
     """The whole report: header, kernel summary, the top kernels in detail, timeline, findings, what is missing."""
     _header(console, report)
@@ -222,14 +254,16 @@ def print_report(console: Console, report: Report, details: int = DETAILS) -> No
     for k in report.kernels[:details]:
         _kernel_detail(console, report, k)
     if len(report.kernels) > details:
-        console.print(f"\n  [dim]{len(report.kernels) - details} more kernels in the table above; --kernel REGEX "
-                      "selects, --format json has every one[/]")
+        more = report.row_unit(len(report.kernels) - details, more=True)
+        console.print(f"\n  [dim]{more} in the table above; --kernel REGEX selects, --format json has every "
+                      "one[/]")
     _timeline(console, report)
+    _ops(console, report)
     _findings(console, report.findings, {k.kernel_id for k in report.kernels[:details]})
     if report.unavailable:
         console.print()
         for item in report.unavailable:
-            count = f" ({item['kernels']} kernels)" if item["kernels"] > 1 else ""
+            count = f" ({report.row_unit(item['kernels'])})" if item["kernels"] > 1 else ""
             console.print(f" [yellow]{escape(item['line'])}{count}[/]")
     for note in report.notes:
         console.print(f" [dim]note: {escape(note)}[/]")

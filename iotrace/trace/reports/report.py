@@ -15,8 +15,10 @@ import pandas as pd
 
 from iotrace.cards import Card
 from iotrace.errors import InvalidValueError
+from iotrace.trace.info import smem_text
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.occupancy import OccupancyRow, occupancy_findings, occupancy_row
+from iotrace.trace.reports.op_roofline import OP_COLUMNS, op_rooflines
 from iotrace.trace.reports.plugin_costs import PluginMatch, match_plugins
 from iotrace.trace.reports.records import Finding, Unavailable
 from iotrace.trace.reports.roofline import RooflinePoint, roofline_findings, roofline_point
@@ -47,6 +49,27 @@ class KernelReport:
     roofline: RooflinePoint | None
     plugin: str | None
     findings: list[Finding] = field(default_factory=list)
+    #: Shared memory per block of the launch this record describes (None where the file lacks it); the total is
+    #: static + dynamic where both are known, else the file's own total (Kineto records only that).
+    static_smem_bytes: int | None = None
+    dynamic_smem_bytes: int | None = None
+    smem_bytes: int | None = None
+    #: {"min", "max"} of the total over every launch this record stands for (a timeline's kernel name groups
+    #: launches whose shared memory may differ); None where no launch records it.
+    smem_bytes_range: dict[str, int] | None = None
+
+    def smem_text(self) -> str:
+        """Shared memory per block for a person: "148,992 B (0 static + 148,992 dynamic)", "87,568 B" (the file
+        records only the total), "?"; where the launches it stands for differ, their range too."""
+        if self.smem_bytes is None and self.smem_bytes_range is None:
+            return "?"
+        text = smem_text(self.smem_bytes)
+        if self.static_smem_bytes is not None and self.dynamic_smem_bytes is not None:
+            text += f" ({self.static_smem_bytes:,} static + {self.dynamic_smem_bytes:,} dynamic)"
+        span = self.smem_bytes_range
+        if span is not None and span["min"] != span["max"]:
+            text += f"; {smem_text(span['min'], span['max'])} over its launches"
+        return text
 
     def stall_shares(self) -> dict[str, float]:
         """reason → share of the primary family, ranked (highest first); zero reasons left out."""
@@ -58,7 +81,9 @@ class KernelReport:
         ranked = primary(self.stalls, self.kernel_id)
         return {
             "id": self.kernel_id, "name": self.name, "grid": self.grid, "block": self.block,
-            "registers": self.registers, "duration_ns": self.duration_ns, "launches": self.launches,
+            "registers": self.registers, "static_smem_bytes": self.static_smem_bytes,
+            "dynamic_smem_bytes": self.dynamic_smem_bytes, "smem_bytes": self.smem_bytes,
+            "smem_bytes_range": self.smem_bytes_range, "duration_ns": self.duration_ns, "launches": self.launches,
             "total_ns": self.total_ns, "plugin": self.plugin,
             "occupancy": self.occupancy.to_dict() if self.occupancy is not None else
             {"theoretical_pct": None, "theoretical_pct_ncu": None, "achieved_pct": None, "limiters": []},
@@ -70,7 +95,8 @@ class KernelReport:
             "roofline": {"flops": None, "dram_bytes": None, "intensity": None, "bound": None,
                          "pct_of_attainable": None} if roof is None else {
                 "flops": roof.flops, "dram_bytes": roof.dram_bytes, "intensity": roof.intensity,
-                "bound": roof.bound, "pct_of_attainable": roof.pct_of_attainable, "basis": roof.basis,
+                "bound": roof.bound, "bound_basis": roof.bound_basis, "pct_of_attainable": roof.pct_of_attainable,
+                "basis": roof.basis,
                 "precision": roof.precision, "flops_by_precision": roof.flops_by_precision,
                 "flops_source": roof.flops_source, "peak_flop_per_s": roof.peak_flop_per_s,
                 "peak_source": roof.peak_source, "ridge": roof.ridge, "achieved_flop_per_s": roof.achieved_flop_per_s,
@@ -97,13 +123,40 @@ class Report:
     notes: list[str]
     tables: TraceTables = field(repr=False)
     view: MetricView = field(repr=False)
+    #: True where each kernel record is one kernel name (a timeline: its launches grouped), False where each is
+    #: one profiled launch (an ncu report, a CSV of launches).
+    grouped: bool = False
+    #: Op rooflines (:func:`iotrace.trace.reports.op_roofline.op_rooflines`): empty without shaped ops in the trace.
+    ops: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The trace's counts, the same as ``iotrace info`` reports (:meth:`TraceTables.counts`)."""
+        return self.tables.counts()
+
+    def kernels_title(self) -> str:
+        """What the kernel table holds, in words: "Kernels (5 profiled launches of 3 kernels)", "Kernels (10
+        kernels by total time)" — never launches called kernels."""
+        n = len(self.kernels)
+        if self.grouped:
+            return f"Kernels ({n} kernel{'s' * (n != 1)} by total time)"
+        names = len({k.name for k in self.kernels})
+        return (f"Kernels ({n} profiled launch{'es' * (n != 1)} of {names} kernel{'s' * (names != 1)})")
+
+    def row_unit(self, n: int, more: bool = False) -> str:
+        """``n`` kernel records in words ("3 launches", "3 more kernels"): launches, or kernels of a timeline."""
+        word = f"kernel{'s' * (n != 1)}" if self.grouped else f"launch{'es' * (n != 1)}"
+        return f"{n} {'more ' if more else ''}{word}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.meta.get("source"), "format": self.meta.get("format"), "tool": self.meta.get("tool"),
             "version": self.meta.get("version"), "card": None if self.card is None else self.card.key,
-            "card_source": self.card_source, "kernels": [k.to_dict() for k in self.kernels],
+            "card_source": self.card_source, "counts": self.counts, "kernels_are": "names" if self.grouped else
+            "launches", "kernels": [k.to_dict() for k in self.kernels],
             "timeline": None if self.timeline is None else self.timeline.to_dict(),
+            "ops": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+                    for row in self.ops.to_dict("records")],
             "findings": [f.to_dict() for f in self.findings], "unavailable": self.unavailable,
             "notes": self.notes,
         }
@@ -136,8 +189,17 @@ def _device_cc(tables: TraceTables, device: Any, card: Card | None) -> str | Non
     return card.cc if card is not None else None
 
 
-def _select(tables: TraceTables, pattern: str | None, top: int) -> pd.DataFrame:
-    """The kernels to report: every profiled launch of an ncu report; the top names by time of a timeline."""
+def _smem(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` with its shared-memory total made static + dynamic where both are known (else the file's own)."""
+    both = kernels["static_smem_bytes"].notna() & kernels["dynamic_smem_bytes"].notna()
+    total = kernels["smem_bytes"].astype("Int64").where(~both, kernels["static_smem_bytes"] +
+                                                        kernels["dynamic_smem_bytes"])
+    return kernels.assign(smem_bytes=total)
+
+
+def _select(tables: TraceTables, pattern: str | None, top: int) -> tuple[pd.DataFrame, bool]:
+    """The kernels to report: every profiled launch of an ncu report; the top names by time of a timeline (and
+    True there: each row then stands for every launch of its name)."""
     kernels = tables.kernels
     if pattern is not None:
         try:
@@ -150,17 +212,21 @@ def _select(tables: TraceTables, pattern: str | None, top: int) -> pd.DataFrame:
             names = ", ".join(sorted({str(n)[:40] for n in tables.kernels["name"]})[:8])
             raise InvalidValueError(f"--kernel {pattern!r} matches none of the trace's kernels",
                                     f"the kernels include: {names}")
+    kernels = _smem(kernels)
     kernels = kernels.assign(total_ns=kernels["duration_ns"], mean_ns=kernels["duration_ns"] /
-                             kernels["launches"].clip(lower=1), launches_total=kernels["launches"])
+                             kernels["launches"].clip(lower=1), launches_total=kernels["launches"],
+                             smem_min=kernels["smem_bytes"], smem_max=kernels["smem_bytes"])
     if tables.metrics.empty and kernels["start_ns"].notna().any():
         # A timeline: one row per kernel name (its longest launch represents the launch configuration).
         grouped = kernels.groupby("name", sort=False).agg(total_ns=("duration_ns", "sum"),
-                                                          launches_total=("launches", "sum"))
+                                                          launches_total=("launches", "sum"),
+                                                          smem_min=("smem_bytes", "min"),
+                                                          smem_max=("smem_bytes", "max"))
         order = kernels.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("name")
-        order = order.drop(columns=["total_ns", "launches_total"]).join(grouped, on="name")
+        order = order.drop(columns=["total_ns", "launches_total", "smem_min", "smem_max"]).join(grouped, on="name")
         order["mean_ns"] = order["total_ns"] / order["launches_total"].clip(lower=1)
-        return order.sort_values("total_ns", ascending=False, kind="stable").head(top)
-    return kernels.head(top)
+        return order.sort_values("total_ns", ascending=False, kind="stable").head(top), True
+    return kernels.head(top), False
 
 
 def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card | str | None = None,
@@ -182,7 +248,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         raise InvalidValueError(f"top={top} must be at least 1", "give --top 1 or more")
     resolved, card_source = _resolve_card(tables, card)
     view = MetricView(tables.metrics)
-    selected = _select(tables, kernel, top)
+    selected, grouped = _select(tables, kernel, top)
     plugins: PluginMatch = match_plugins(selected, resolved, plugin, shape, dtype)
     ids = [int(k) for k in selected["id"]]
     stalls, missing = stall_table(view, ids) if view else (stall_table(view, [])[0], [])
@@ -208,7 +274,10 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
                                     [_int(row[f"block_{a}"]) for a in "xyz"], _int(row["registers_per_thread"]),
                                     duration, int(row["launches_total"]),
                                     row["total_ns"] if pd.notna(row["total_ns"]) else None, occ, mine, point,
-                                    plugins.plugin_of.get(kid), kernel_findings))
+                                    plugins.plugin_of.get(kid), kernel_findings, _int(row["static_smem_bytes"]),
+                                    _int(row["dynamic_smem_bytes"]), _int(row["smem_bytes"]),
+                                    None if _int(row["smem_min"]) is None else
+                                    {"min": _int(row["smem_min"]), "max": _int(row["smem_max"])}))
         occ_rows.append({"kernel_id": kid, "kernel": name, **{k: v for k, v in occ.to_dict().items()
                                                                 if k not in ("limits",)}})
         if point is not None:
@@ -226,8 +295,9 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     if line is None and tables.meta.get("format") in ("ncu-rep", "ncu-csv"):
         notes.append("timeline: not applicable to an Nsight Compute report (it replays kernels one at a time); "
                      "use an nsys or torch.profiler trace")
+    ops = op_rooflines(tables, resolved) if tables.rows("ops") else pd.DataFrame(columns=OP_COLUMNS)
     return Report(tables.meta, resolved, card_source, kernels, stalls, pd.DataFrame(occ_rows),
-                  pd.DataFrame(roof_rows), line, findings, _dedupe(missing), notes, tables, view)
+                  pd.DataFrame(roof_rows), line, findings, _dedupe(missing), notes, tables, view, grouped, ops)
 
 
 def _dedupe(missing: list[Unavailable]) -> list[dict[str, Any]]:

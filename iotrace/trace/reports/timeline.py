@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from iotrace.trace.reports.records import Evidence, Finding, Unavailable
-from iotrace.trace.tables import TraceTables
+from iotrace.trace.tables import GPU_RANGE_DOMAINS, TraceTables
 
 __all__ = ["IDLE_SHARE", "MEMCPY_SHARE", "Timeline", "timeline", "timeline_findings"]
 
@@ -85,7 +85,12 @@ def _gaps(busy: pd.DataFrame, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _ranges(tables: TraceTables, top: int) -> pd.DataFrame:
+    """Time per range name. A GPU mirror of a CPU range (Kineto's ``gpu_user_annotation``) is left out where the
+    CPU ranges are there, so a range is counted once (as :meth:`TraceTables.counts` counts them)."""
     ranges = tables.ranges.dropna(subset=["duration_ns"])
+    cpu = ranges[~ranges["domain"].isin(GPU_RANGE_DOMAINS)]
+    if len(cpu):
+        ranges = cpu
     columns = ["name", "count", "total_ns", "kernel_ns", "kernels"]
     if ranges.empty:
         return pd.DataFrame(columns=columns)
