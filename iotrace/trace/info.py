@@ -103,7 +103,8 @@ def summarise(tables: TraceTables, top: int = 10) -> dict[str, Any]:
                for row in breakdown[:top]]
     return {"source": meta.get("source"), "format": meta.get("format"), "tool": meta.get("tool"),
             "version": meta.get("version"), "schema": meta.get("schema"), "devices": devices,
-            "counts": tables.counts(), "top_kernels": kernels, "notes": list(meta.get("notes", []))}
+            "counts": tables.counts(), "top_kernels": kernels, "top_kernels_of": len(breakdown),
+            "notes": list(meta.get("notes", []))}
 
 
 def _duration(ns: float | None) -> str:
@@ -136,7 +137,10 @@ def render_info(info: dict[str, Any], width: int = 100, wide: bool = False) -> s
     else:
         lines.append("  devices  none named in the file")
     if info["top_kernels"]:
-        lines.append("  top kernels by total time (measured; smem: shared memory per block)")
+        of = info.get("top_kernels_of", len(info["top_kernels"]))
+        shown = f"top {len(info['top_kernels'])} of {of} kernels, --top {of} lists all" \
+            if of > len(info["top_kernels"]) else f"all {of} kernel{'s' * (of != 1)}"
+        lines.append(f"  top kernels by total time (measured; {shown}; smem: shared memory per block)")
         for k in info["top_kernels"]:
             total = k.get("smem_bytes")
             smem = f"  smem {smem_text(total['min'], total['max'])}" if total else ""

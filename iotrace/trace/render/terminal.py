@@ -255,8 +255,8 @@ def print_report(console: Console, report: Report, details: int = DETAILS) -> No
         _kernel_detail(console, report, k)
     if len(report.kernels) > details:
         more = report.row_unit(len(report.kernels) - details, more=True)
-        console.print(f"\n  [dim]{more} in the table above; --kernel REGEX selects, --format json has every "
-                      "one[/]")
+        console.print(f"\n  [dim]{more} in the table above, not detailed here; --kernel REGEX selects one, "
+                      "--format json details every one in the table[/]")
     _timeline(console, report)
     _ops(console, report)
     _findings(console, report.findings, {k.kernel_id for k in report.kernels[:details]})

@@ -128,6 +128,8 @@ class Report:
     grouped: bool = False
     #: Op rooflines (:func:`iotrace.trace.reports.op_roofline.op_rooflines`): empty without shaped ops in the trace.
     ops: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: How many kernel records the selection had before ``top`` cut it (``len(kernels)`` when nothing was cut).
+    kernels_total: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -137,11 +139,15 @@ class Report:
     def kernels_title(self) -> str:
         """What the kernel table holds, in words: "Kernels (5 profiled launches of 3 kernels)", "Kernels (10
         kernels by total time)" — never launches called kernels."""
-        n = len(self.kernels)
+        n, total = len(self.kernels), max(self.kernels_total, len(self.kernels))
+        cut = f"showing {n} of {total}; --top {total} shows all" if total > n else ""
         if self.grouped:
-            return f"Kernels ({n} kernel{'s' * (n != 1)} by total time)"
+            shown = f"showing {n} of {total} kernels" if cut else f"{n} kernel{'s' * (n != 1)}"
+            return f"Kernels ({shown} by total time{f'; --top {total} shows all' if cut else ''})"
         names = len({k.name for k in self.kernels})
-        return (f"Kernels ({n} profiled launch{'es' * (n != 1)} of {names} kernel{'s' * (names != 1)})")
+        shown = f"{cut.split(';')[0]} profiled launches" if cut else f"{n} profiled launch{'es' * (n != 1)}"
+        limit = f"; --top {total} shows all" if cut else ""
+        return f"Kernels ({shown} of {names} kernel{'s' * (names != 1)}{limit})"
 
     def row_unit(self, n: int, more: bool = False) -> str:
         """``n`` kernel records in words ("3 launches", "3 more kernels"): launches, or kernels of a timeline."""
@@ -153,7 +159,9 @@ class Report:
             "source": self.meta.get("source"), "format": self.meta.get("format"), "tool": self.meta.get("tool"),
             "version": self.meta.get("version"), "card": None if self.card is None else self.card.key,
             "card_source": self.card_source, "counts": self.counts, "kernels_are": "names" if self.grouped else
-            "launches", "kernels": [k.to_dict() for k in self.kernels],
+            "launches", "kernels_shown": len(self.kernels),
+            "kernels_total": max(self.kernels_total, len(self.kernels)),
+            "kernels": [k.to_dict() for k in self.kernels],
             "timeline": None if self.timeline is None else self.timeline.to_dict(),
             "ops": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
                     for row in self.ops.to_dict("records")],
@@ -197,7 +205,7 @@ def _smem(kernels: pd.DataFrame) -> pd.DataFrame:
     return kernels.assign(smem_bytes=total)
 
 
-def _select(tables: TraceTables, pattern: str | None, top: int) -> tuple[pd.DataFrame, bool]:
+def _select(tables: TraceTables, pattern: str | None) -> tuple[pd.DataFrame, bool]:
     """The kernels to report: every profiled launch of an ncu report; the top names by time of a timeline (and
     True there: each row then stands for every launch of its name)."""
     kernels = tables.kernels
@@ -225,8 +233,8 @@ def _select(tables: TraceTables, pattern: str | None, top: int) -> tuple[pd.Data
         order = kernels.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("name")
         order = order.drop(columns=["total_ns", "launches_total", "smem_min", "smem_max"]).join(grouped, on="name")
         order["mean_ns"] = order["total_ns"] / order["launches_total"].clip(lower=1)
-        return order.sort_values("total_ns", ascending=False, kind="stable").head(top), True
-    return kernels.head(top), False
+        return order.sort_values("total_ns", ascending=False, kind="stable"), True
+    return kernels, False
 
 
 def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card | str | None = None,
@@ -248,7 +256,8 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         raise InvalidValueError(f"top={top} must be at least 1", "give --top 1 or more")
     resolved, card_source = _resolve_card(tables, card)
     view = MetricView(tables.metrics)
-    selected, grouped = _select(tables, kernel, top)
+    every, grouped = _select(tables, kernel)
+    selected = every.head(top)
     plugins: PluginMatch = match_plugins(selected, resolved, plugin, shape, dtype)
     ids = [int(k) for k in selected["id"]]
     stalls, missing = stall_table(view, ids) if view else (stall_table(view, [])[0], [])
@@ -297,7 +306,8 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
                      "use an nsys or torch.profiler trace")
     ops = op_rooflines(tables, resolved) if tables.rows("ops") else pd.DataFrame(columns=OP_COLUMNS)
     return Report(tables.meta, resolved, card_source, kernels, stalls, pd.DataFrame(occ_rows),
-                  pd.DataFrame(roof_rows), line, findings, _dedupe(missing), notes, tables, view, grouped, ops)
+                  pd.DataFrame(roof_rows), line, findings, _dedupe(missing), notes, tables, view, grouped, ops,
+                  len(every))
 
 
 def _dedupe(missing: list[Unavailable]) -> list[dict[str, Any]]:
