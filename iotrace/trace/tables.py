@@ -91,6 +91,9 @@ class Column:
     values: np.ndarray
     missing: np.ndarray | None = None
 
+    def __len__(self) -> int:
+        return len(self.values)
+
 
 @dataclass(frozen=True)
 class KernelTotal:
@@ -216,8 +219,9 @@ def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any =
           transfers: Any = None, ops: Any = None, meta: dict[str, Any]) -> TraceTables:
     """Conform each table to its columns and types and check every number; raise rather than return bad data.
 
-    Each table argument is a DataFrame, a list of row dicts, or a dict of columns (lists or numpy arrays of one
-    length); ``None`` is an empty table. Plain columns of numbers and strings are conformed without pandas.
+    Each table argument is a DataFrame, a list of row dicts, or a dict of columns (lists, numpy arrays or
+    :class:`Column` s of one length); ``None`` is an empty table. Plain columns of numbers and strings are conformed
+    without pandas.
     """
     given = {"kernels": kernels, "metrics": metrics, "ranges": ranges, "devices": devices, "transfers": transfers,
              "ops": ops}
@@ -287,8 +291,12 @@ def _numbers(path: Path, table: str, column: str, values: Any, dtype: str) -> Co
 
 
 def _plain_numbers(values: Any) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """(int64 or float64 array, missing mask or None) when ``values`` are plain numbers (a numeric numpy array or
-    Series, or a list of ints, floats and None); None when they need pandas' parsing (strings, bools, objects)."""
+    """(int64 or float64 array, missing mask or None) when ``values`` are plain numbers (a :class:`Column`, a numeric
+    numpy array or Series, or a list of ints, floats and None); None when they need pandas' parsing (strings, bools,
+    objects)."""
+    if isinstance(values, Column) and values.values.dtype in (np.int64, np.float64):
+        missing = values.missing
+        return values.values, missing if missing is not None and missing.any() else None
     if isinstance(values, np.ndarray) and values.dtype in (np.int64, np.float64):
         return values, None
     if hasattr(values, "dtype") and hasattr(values, "to_numpy"):  # a Series

@@ -36,7 +36,7 @@ from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
 from iotrace.trace.formats._common import int_or_none, launch_times, range_paths, us_to_ns
 from iotrace.trace.parser import Head, read_bytes
-from iotrace.trace.tables import TraceTables, build
+from iotrace.trace.tables import Column, TraceTables, build
 
 PROFILER_RANGE = "cuda_profiler_range"
 #: Microseconds since the epoch reach ~1.8e15 in 2027; beyond 1e17 a timestamp is damage, not time.
@@ -190,7 +190,7 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     metrics = [(kernel_id, key, value) for kernel_id, (p, a) in enumerate(zip(profiled.tolist(), kernel_args,
                                                                                 strict=True)) if p
                for key, value in a.items() if isinstance(value, (int, float)) and not isinstance(value, bool)]
-    kernels["start_ns"], kernels["end_ns"] = _span(start, duration)
+    kernels["start_ns"], kernels["end_ns"] = start, _end(start, duration)
     if profiled.any():
         notes.append(f"{int(profiled.sum())} cuda_profiler_range events: CUPTI range-profiler counters, one kernel "
                      "each; their span is the profiler's replay, so kernel durations are missing")
@@ -201,43 +201,40 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     call_time = times[_RUNTIME][0]
     kernel_corr = np.array([_number(v) for v in kernels["correlation_id"]], dtype=np.float64)
     if len(call_events):
-        values, missing = launch_times(kernel_corr, kernels["start_ns"][0], call_corr, call_time)
-        kernels["launch_ns"] = [None if m else v for v, m in zip(values.tolist(), missing.tolist(), strict=True)]
+        kernels["launch_ns"] = Column(*launch_times(kernel_corr, start, call_corr, call_time))
 
     range_events = kept[_ANNOTATION]
     range_start, range_duration = times[_ANNOTATION]
-    _, range_end = _span(range_start, range_duration)
+    range_end = _end(range_start, range_duration)
     ranges: dict[str, Any] = {
         "id": np.arange(len(range_events), dtype=np.int64), "name": [e.name for e in range_events],
         "domain": [e.cat for e in range_events], "kind": ["range"] * len(range_events),
         "duration_ns": range_duration, "process": [int_or_none(e.pid) for e in range_events],
-        "thread": [int_or_none(e.tid) for e in range_events], "start_ns": range_start, "end_ns": range_end[0]}
+        "thread": [int_or_none(e.tid) for e in range_events], "start_ns": range_start, "end_ns": range_end}
     if len(range_events):
         arrays = {"thread": np.array([_thread(threads, e) for e in range_events], dtype=np.int64),
-                  "start_ns": range_start, "end_ns": range_end[0],
+                  "start_ns": range_start, "end_ns": range_end.values,
                   "nests": np.array([e.cat == "user_annotation" for e in range_events], dtype=bool),
                   "name": np.array(ranges["name"], dtype=object), "id": ranges["id"]}
         nested, found = range_paths(arrays, kernel_corr, call_corr, call_thread, call_time)
         ranges["depth"] = nested["depth"]
-        ranges["parent_id"] = _nullable(*nested["parent_id"])
+        ranges["parent_id"] = Column(*nested["parent_id"])
         hit = found >= 0  # empty without kernels
-        kernels["nvtx_range_id"] = _nullable(np.where(hit, ranges["id"][np.clip(found, 0, None)], 0), ~hit)
+        kernels["nvtx_range_id"] = Column(np.where(hit, ranges["id"][np.clip(found, 0, None)], 0), ~hit)
         kernels["nvtx_path"] = np.where(hit, nested["path"][np.clip(found, 0, None)], None).tolist()
 
     ops, op_of_kernel = _ops([events[i] for i in picked[_OP]], threads, kernel_corr, call_corr, call_thread,
                              call_time)
-    if len(op_of_kernel):
-        hit = op_of_kernel >= 0
-        kernels["op_id"] = _nullable(np.where(hit, op_of_kernel, 0), ~hit)
+    kernels["op_id"] = Column(np.maximum(op_of_kernel, 0), op_of_kernel < 0)
 
     transfer_events = kept[_TRANSFER]
     transfer_args = _arguments(transfer_events)
     transfer_start, transfer_duration = times[_TRANSFER]
-    _, transfer_end = _span(transfer_start, transfer_duration)
+    transfer_end = _end(transfer_start, transfer_duration)
     transfers = {"kind": [e.name for e in transfer_events], "device": [a.get("device") for a in transfer_args],
                  "stream": [a.get("stream") for a in transfer_args], "duration_ns": transfer_duration,
                  "bytes": [a.get("bytes") for a in transfer_args], "start_ns": transfer_start,
-                 "end_ns": transfer_end[0]}
+                 "end_ns": transfer_end}
     del events, kept, kernel_events, call_events, range_events, transfer_events
 
     devices = _devices(doc, spec)
@@ -246,8 +243,6 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     meta = {"format": "kineto-json", "tool": "PyTorch profiler (Kineto)",
             "version": _version(doc), "schema": f"{schema} (schemaVersion {doc.get('schemaVersion', 'absent')})",
             "notes": notes, **_distributed(doc)}
-    kernels["start_ns"] = _nullable(*kernels["start_ns"])
-    kernels["end_ns"] = _nullable(*kernels["end_ns"])
     return build(path, kernels=kernels, ranges=ranges, ops=ops,
                  metrics={"kernel_id": [m[0] for m in metrics], "metric": [m[1] for m in metrics],
                           "value": [m[2] for m in metrics]},
@@ -262,23 +257,30 @@ def _ops(events: list[_Event], threads: dict[tuple[str, str], int], kernel_corr:
     CPU ops were never read before; one with a value no profiler writes (a string timestamp) is left out rather
     than failing a file that loads without it.
     """
-    good = [e for e in events if type(e.name) is str and _times([e]) is not None]
+    good = [e for e in events if _readable(e)]
     args = _arguments(good)
     start, duration = _times(good) if good else (np.zeros(0, dtype=np.int64), np.zeros(0))
-    _, end = _span(start, duration)
+    end = _end(start, duration).values  # durations are checked: never missing
     ops: dict[str, Any] = {
         "id": np.arange(len(good), dtype=np.int64), "name": [e.name for e in good], "start_ns": start,
-        "end_ns": end[0], "duration_ns": duration, "process": [int_or_none(e.pid) for e in good],
+        "end_ns": end, "duration_ns": duration, "process": [int_or_none(e.pid) for e in good],
         "thread": [int_or_none(e.tid) for e in good],
         "input_dims": [a.get("Input Dims") if isinstance(a.get("Input Dims"), list) else None for a in args],
         "input_types": [a.get("Input type") if isinstance(a.get("Input type"), list) else None for a in args]}
-    if not good or not len(kernel_corr):
-        return ops, np.full(len(kernel_corr), -1, dtype=np.int64) if good else np.zeros(0, dtype=np.int64)
     arrays = {"thread": np.array([_thread(threads, e) for e in good], dtype=np.int64), "start_ns": start,
-              "end_ns": end[0], "nests": np.ones(len(good), dtype=bool), "name": np.array(ops["name"], dtype=object),
+              "end_ns": end, "nests": np.ones(len(good), dtype=bool), "name": np.array(ops["name"], dtype=object),
               "id": ops["id"]}
     _, found = range_paths(arrays, kernel_corr, call_corr, call_thread, call_time)
     return ops, found
+
+
+def _readable(event: _Event) -> bool:
+    """Whether a CPU op has the name and times the reader's own checks accept (:func:`_time`)."""
+    try:
+        _time("", event, 0)
+    except (TraceFormatError, OverflowError):  # OverflowError: an integer too large for a float
+        return False
+    return type(event.name) is str
 
 
 def _all_strings(events: list[_Event]) -> bool:
@@ -303,17 +305,10 @@ def _times(events: list[_Event]) -> tuple[np.ndarray, np.ndarray] | None:
     return us_to_ns(ts_array), dur_array * 1000.0
 
 
-def _span(start: np.ndarray, duration: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
-    """((start values, missing), (end values, missing)) as the Int64 columns want them, end missing where the
-    duration is."""
+def _end(start: np.ndarray, duration: np.ndarray) -> Column:
+    """End times (int64 ns), missing where the duration is."""
     missing = np.isnan(duration)
-    end = start + np.where(missing, 0.0, np.round(duration)).astype(np.int64)
-    return (start, np.zeros(len(start), dtype=bool)), (end, missing)
-
-
-def _nullable(values: np.ndarray, missing: np.ndarray) -> list[Any]:
-    """An Int64 column as a list of ints and None (what :func:`build` takes without pandas)."""
-    return [None if m else v for v, m in zip(values.tolist(), missing.tolist(), strict=True)]
+    return Column(start + np.where(missing, 0.0, np.round(duration)).astype(np.int64), missing)
 
 
 def _number(value: Any) -> float:
