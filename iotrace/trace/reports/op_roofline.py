@@ -14,9 +14,9 @@ bandwidth; below 60% of it an op is latency bound, as in the kernel roofline.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from iotrace.trace.reports.plugin_costs import KernelModel
 from iotrace.trace.reports.roofline import LATENCY_PCT
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from iotrace.cards import Card
     from iotrace.trace.tables import TraceTables
 
-__all__ = ["OP_COLUMNS", "OpCost", "op_cost", "op_rooflines"]
+__all__ = ["OP_COLUMNS", "op_cost", "op_rooflines"]
 
 #: PyTorch's scalar type names as the profiler writes them ("Input type"), to iotrace dtypes.
 TORCH_DTYPES = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16"}
@@ -37,19 +37,6 @@ ATTENTION = frozenset({"aten::scaled_dot_product_attention", "aten::_scaled_dot_
 NORMS = frozenset({"aten::rms_norm", "aten::_fused_rms_norm"})
 OP_COLUMNS = ["op", "shapes", "dtype", "plugin", "calls", "kernels", "kernel_ns", "flops", "bytes", "intensity",
               "achieved_flop_per_s", "attainable_flop_per_s", "pct_of_attainable", "bound", "formula"]
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """One op call's work by its plugin's cost model: ``count`` calls of the plugin at ``shape``."""
-
-    plugin: str
-    shape: dict[str, int]
-    count: int
-    dtype: str
-    flops: float
-    bytes: float
-    formula: str
 
 
 def _dims(dims: Any) -> list[list[int]] | None:
@@ -85,10 +72,12 @@ def _gemm_shape(name: str, dims: list[list[int]]) -> tuple[dict[str, int], int] 
     return None
 
 
-def op_cost(name: str, dims: Any, types: Any) -> OpCost | None:
+def op_cost(name: str, dims: Any, types: Any) -> KernelModel | None:
     """The cost of one call of op ``name`` with input ``dims`` and ``types`` (as the profiler wrote them), or None
-    when no plugin covers the op, its shapes or its dtype."""
+    when no plugin covers the op, its shapes or its dtype. A batched op's cost is all its GEMMs; its ``peak`` is the
+    op dtype's (:data:`PEAKS`)."""
     from iotrace.plugins import kernel as plugin_kernel
+    from iotrace.plugins.spec import DTYPE_BYTES, Cost
 
     dims = _dims(dims)
     if dims is None or not isinstance(types, list) or not types:
@@ -117,8 +106,6 @@ def op_cost(name: str, dims: Any, types: Any) -> OpCost | None:
                                 "rmsnorm")
     else:
         return None
-    from iotrace.plugins.spec import DTYPE_BYTES
-
     spec = plugin_kernel(plugin)
     # A plugin may not run the op's dtype (the gemm plugin has no fp32): its FLOPs do not depend on the dtype and
     # every byte term scales with the element size, so the cost at the plugin's first dtype is rescaled.
@@ -127,8 +114,8 @@ def op_cost(name: str, dims: Any, types: Any) -> OpCost | None:
     scale = DTYPE_BYTES[dtype] / DTYPE_BYTES[base]
     batch = f"{count} × " if count > 1 else ""
     rescaled = "" if base == dtype else f", bytes at {DTYPE_BYTES[dtype]} B per element ({dtype})"
-    return OpCost(plugin, shape, count, dtype, count * cost.flops, count * cost.bytes * scale,
-                  f"{batch}{plugin}: {cost.formula}{rescaled}")
+    return KernelModel(plugin, shape, dtype, Cost(count * cost.flops, count * cost.bytes * scale, PEAKS[dtype],
+                                                  f"{batch}{plugin}: {cost.formula}{rescaled}"))
 
 
 def op_rooflines(tables: TraceTables, card: Card | None) -> pd.DataFrame:
@@ -147,11 +134,12 @@ def op_rooflines(tables: TraceTables, card: Card | None) -> pd.DataFrame:
     for op_id, name, dims, types in zip(ops["id"], ops["name"], ops["input_dims"], ops["input_types"], strict=True):
         if op_id not in per_op.index:
             continue  # a wrapper whose kernels belong to an inner op, or an op that launched none
-        cost = op_cost(name, dims, types)
-        if cost is None:
+        model = op_cost(name, dims, types)
+        if model is None:
             continue
-        key = (name, str(dims), cost.dtype)
-        row = groups.setdefault(key, {"op": name, "shapes": str(dims), "dtype": cost.dtype, "plugin": cost.plugin,
+        cost = model.cost
+        key = (name, str(dims), model.dtype)
+        row = groups.setdefault(key, {"op": name, "shapes": str(dims), "dtype": model.dtype, "plugin": model.plugin,
                                       "calls": 0, "kernels": 0, "kernel_ns": 0.0, "flops": 0.0, "bytes": 0.0,
                                       "formula": cost.formula})
         row["calls"] += 1

@@ -26,7 +26,8 @@ _RANGE = re.compile(r"(?:^|> )iotrace/([A-Za-z0-9_.-]+)")
 
 @dataclass(frozen=True)
 class KernelModel:
-    """A plugin's cost of one call at one shape: the modelled FLOPs and minimum bytes."""
+    """A plugin's cost of one call at one shape: the modelled FLOPs and minimum bytes (for a batched op costed by
+    :mod:`~iotrace.trace.reports.op_roofline`, all the calls its batch makes)."""
 
     plugin: str
     shape: dict[str, int]
