@@ -15,7 +15,7 @@ import pandas as pd
 
 from iotrace.cards import Card
 from iotrace.errors import InvalidValueError
-from iotrace.trace.info import smem_text
+from iotrace.trace.info import smem_columns, smem_text
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.occupancy import OccupancyRow, occupancy_findings, occupancy_row
 from iotrace.trace.reports.op_roofline import OP_COLUMNS, op_rooflines
@@ -138,16 +138,20 @@ class Report:
 
     def kernels_title(self) -> str:
         """What the kernel table holds, in words: "Kernels (5 profiled launches of 3 kernels)", "Kernels (10
-        kernels by total time)" — never launches called kernels."""
-        n, total = len(self.kernels), max(self.kernels_total, len(self.kernels))
-        cut = f"showing {n} of {total}; --top {total} shows all" if total > n else ""
+        kernels by total time)" — never launches called kernels — and, when ``top`` cut it, how many of how many."""
+        n, total = len(self.kernels), self.total_kernels
+        limit = f"; --top {total} shows all" if total > n else ""
         if self.grouped:
-            shown = f"showing {n} of {total} kernels" if cut else f"{n} kernel{'s' * (n != 1)}"
-            return f"Kernels ({shown} by total time{f'; --top {total} shows all' if cut else ''})"
+            shown = f"showing {n} of {total} kernels" if limit else f"{n} kernel{'s' * (n != 1)}"
+            return f"Kernels ({shown} by total time{limit})"
         names = len({k.name for k in self.kernels})
-        shown = f"{cut.split(';')[0]} profiled launches" if cut else f"{n} profiled launch{'es' * (n != 1)}"
-        limit = f"; --top {total} shows all" if cut else ""
+        shown = f"showing {n} of {total} profiled launches" if limit else f"{n} profiled launch{'es' * (n != 1)}"
         return f"Kernels ({shown} of {names} kernel{'s' * (names != 1)}{limit})"
+
+    @property
+    def total_kernels(self) -> int:
+        """Kernel records before ``top`` cut them (a report built without that count: those it holds)."""
+        return max(self.kernels_total, len(self.kernels))
 
     def row_unit(self, n: int, more: bool = False) -> str:
         """``n`` kernel records in words ("3 launches", "3 more kernels"): launches, or kernels of a timeline."""
@@ -160,7 +164,7 @@ class Report:
             "version": self.meta.get("version"), "card": None if self.card is None else self.card.key,
             "card_source": self.card_source, "counts": self.counts, "kernels_are": "names" if self.grouped else
             "launches", "kernels_shown": len(self.kernels),
-            "kernels_total": max(self.kernels_total, len(self.kernels)),
+            "kernels_total": self.total_kernels,
             "kernels": [k.to_dict() for k in self.kernels],
             "timeline": None if self.timeline is None else self.timeline.to_dict(),
             "ops": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
@@ -197,12 +201,10 @@ def _device_cc(tables: TraceTables, device: Any, card: Card | None) -> str | Non
     return card.cc if card is not None else None
 
 
-def _smem(kernels: pd.DataFrame) -> pd.DataFrame:
-    """``kernels`` with its shared-memory total made static + dynamic where both are known (else the file's own)."""
-    both = kernels["static_smem_bytes"].notna() & kernels["dynamic_smem_bytes"].notna()
-    total = kernels["smem_bytes"].astype("Int64").where(~both, kernels["static_smem_bytes"] +
-                                                        kernels["dynamic_smem_bytes"])
-    return kernels.assign(smem_bytes=total)
+def _smem(tables: TraceTables, kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` (rows of ``tables.kernels``) with the shared-memory total of :func:`smem_columns`."""
+    total = smem_columns(tables)["smem_bytes"][kernels.index.to_numpy()]  # the index is the row position
+    return kernels.assign(smem_bytes=pd.Series(total, index=kernels.index).astype("Int64"))
 
 
 def _select(tables: TraceTables, pattern: str | None) -> tuple[pd.DataFrame, bool]:
@@ -220,7 +222,7 @@ def _select(tables: TraceTables, pattern: str | None) -> tuple[pd.DataFrame, boo
             names = ", ".join(sorted({str(n)[:40] for n in tables.kernels["name"]})[:8])
             raise InvalidValueError(f"--kernel {pattern!r} matches none of the trace's kernels",
                                     f"the kernels include: {names}")
-    kernels = _smem(kernels)
+    kernels = _smem(tables, kernels)
     kernels = kernels.assign(total_ns=kernels["duration_ns"], mean_ns=kernels["duration_ns"] /
                              kernels["launches"].clip(lower=1), launches_total=kernels["launches"],
                              smem_min=kernels["smem_bytes"], smem_max=kernels["smem_bytes"])
