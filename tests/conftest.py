@@ -11,9 +11,13 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 PLUGINS = Path(__file__).resolve().parent / "plugins"
@@ -68,6 +72,15 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", **(env or {})}
     return subprocess.run([sys.executable, "-m", "iotrace", *args], capture_output=True, text=True,
                           env=full_env, timeout=120)
+
+
+def ncu_launches(path: Path, read: Callable[[Any], T]) -> list[T]:
+    """``read(action)`` for every profiled launch of an Nsight Compute report, in file order, read with NVIDIA's
+    ``ncu_report`` (independently of iotrace) while the report is open; skips without ncu-report."""
+    ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
+    context = ncu_report.load_report(str(path))
+    return [read(context.range_by_idx(r).action_by_idx(a)) for r in range(context.num_ranges())
+            for a in range(context.range_by_idx(r).num_actions())]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from iotrace.trace import TraceFormatError, TraceToolError, load
+from tests.conftest import ncu_launches
 
 # file -> (format, kernels, launches, devices' first card, first kernel facts, extras)
 # first kernel facts: name fragment, registers, (grid), (block), duration in ns.
@@ -373,22 +374,15 @@ def test_nsys_rep_is_converted_with_nsys_export(mode: str, corpus: Path, tmp_pat
 
 def _ncu_launches(path: Path) -> list[dict[str, object]]:
     """Name, grid, block, shared memory, duration and metric names of every launch, read with ncu_report itself."""
-    ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
-    context = ncu_report.load_report(str(path))
-    launches = []
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            action = rng.action_by_idx(a)
+    def launch(action) -> dict[str, object]:
+        def num(name: str) -> float:
+            return action.metric_by_name(name).as_double()
 
-            def num(name: str, action=action) -> float:
-                return action.metric_by_name(name).as_double()
+        return {"name": action.name(), "grid": int(num("launch__grid_size")), "block": int(num("launch__block_size")),
+                "dynamic": int(num("launch__shared_mem_per_block_dynamic")), "duration": num("gpu__time_duration.sum"),
+                "metrics": set(action.metric_names())}
 
-            launches.append({"name": action.name(), "grid": int(num("launch__grid_size")),
-                             "block": int(num("launch__block_size")),
-                             "dynamic": int(num("launch__shared_mem_per_block_dynamic")),
-                             "duration": num("gpu__time_duration.sum"), "metrics": set(action.metric_names())})
-    return launches
+    return ncu_launches(path, launch)
 
 
 def test_a40_repeated_names_keep_each_launch_and_its_grid(corpus: Path) -> None:

@@ -21,7 +21,7 @@ from iotrace.trace import load
 from iotrace.trace.info import render_info, summarise
 from iotrace.trace.reports import build_report
 
-from .conftest import run_cli
+from .conftest import ncu_launches, run_cli
 
 KMEANS = "ncu-rep/gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep"
 CUTLASS = "ncu-rep/a100pcie_cutlass_gemm_dynsmem_ncu2024.1.ncu-rep"
@@ -36,17 +36,10 @@ RTX3090 = "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite"
 
 def _ncu_launches(path: Path) -> list[dict[str, object]]:
     """Name and shared memory of every profiled launch, read with ncu_report itself."""
-    ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
-    context = ncu_report.load_report(str(path))
-    out = []
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            action = rng.action_by_idx(a)
-            out.append({"name": action.name(),
-                        "static": int(action.metric_by_name("launch__shared_mem_per_block_static").as_double()),
-                        "dynamic": int(action.metric_by_name("launch__shared_mem_per_block_dynamic").as_double())})
-    return out
+    return ncu_launches(path, lambda action: {
+        "name": action.name(),
+        "static": int(action.metric_by_name("launch__shared_mem_per_block_static").as_double()),
+        "dynamic": int(action.metric_by_name("launch__shared_mem_per_block_dynamic").as_double())})
 
 
 def _kineto(path: Path) -> list[dict]:

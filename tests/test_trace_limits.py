@@ -10,18 +10,14 @@ import gzip
 import json
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import run_cli
+from tests.conftest import ncu_launches, run_cli
 
 KMEANS = "ncu-rep/gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep"
 V100 = "kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz"
 
 
 def _launches(path: Path) -> int:
-    ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
-    context = ncu_report.load_report(str(path))
-    return sum(context.range_by_idx(r).num_actions() for r in range(context.num_ranges()))
+    return len(ncu_launches(path, lambda action: action.name()))
 
 
 def test_a_report_cut_by_top_says_what_it_shows_of_how_many(corpus: Path) -> None:

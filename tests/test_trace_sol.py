@@ -13,6 +13,7 @@ import pytest
 from iotrace.trace import load
 from iotrace.trace.reports.report import build_report
 from iotrace.trace.reports.roofline import LATENCY_PCT
+from tests.conftest import ncu_launches
 
 SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 MEMORY = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
@@ -20,17 +21,9 @@ MEMORY = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
 
 def _throughputs(path: Path) -> list[tuple[str, float, float, bool]]:
     """Per launch: name, SM and memory throughput (% of peak), and whether the file holds dram__bytes."""
-    ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
-    context = ncu_report.load_report(str(path))
-    out = []
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            action = rng.action_by_idx(a)
-            names = set(action.metric_names())
-            out.append((action.name(), action.metric_by_name(SM).as_double(),
-                        action.metric_by_name(MEMORY).as_double(), "dram__bytes.sum" in names))
-    return out
+    return ncu_launches(path, lambda action: (action.name(), action.metric_by_name(SM).as_double(),
+                                              action.metric_by_name(MEMORY).as_double(),
+                                              "dram__bytes.sum" in set(action.metric_names())))
 
 
 @pytest.mark.parametrize("name", ["gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep",
