@@ -205,6 +205,10 @@ ADDED = {
     "l40s": (142, ["NVIDIA L40S", "L40S"]),
     "a30": (56, ["NVIDIA A30", "A30"]),
     "h800-sxm": (132, ["NVIDIA H800", "H800", "h800 sxm"]),
+    "rtx3080ti": (80, ["NVIDIA GeForce RTX 3080 Ti", "GeForce RTX 3080 Ti", "rtx 3080 ti", "3080ti"]),
+    "h800-pcie": (114, ["NVIDIA H800 PCIe", "h800 pcie"]),
+    "gh200-96gb": (132, ["NVIDIA GH200 480GB", "NVIDIA GH200 120GB", "gh200", "gh200 96gb"]),
+    "gh200-144gb": (132, ["NVIDIA GH200 144G HBM3e", "gh200 144gb"]),
 }
 
 
@@ -235,3 +239,101 @@ def test_added_cards_carry_their_cited_figures() -> None:
     assert "864 GB/s" in l40s.citation("memory_bandwidth_gbs")
     assert a30.cc == "8.0" and a30.memory_bandwidth_gbs == 933 and "933.1 GB/s" in a30.citation("default")
     assert lookup("rtx 4060 ti").memory_bandwidth_gbs == 288 and lookup("rtx 5080").memory_bandwidth_gbs == 960
+
+
+# --- RTX 3080 Ti, H800 PCIe and GH200 (issue 20): figures as their sources state them ---------------------------------
+
+def test_rtx3080ti_carries_its_launch_figures() -> None:
+    card = lookup("NVIDIA GeForce RTX 3080 Ti")
+    assert (card.sm_count, card.cc, card.boost_clock_mhz) == (80, "8.6", 1665)
+    assert (card.memory_gb, card.memory_bandwidth_gbs, card.l2_cache_mb) == (12, 912, 6)
+    assert card.peak_tflops["fp32"] == 34.1 and card.peak_tflops["int8_tensor"] == 272.8  # table: "34.1 | 273"
+    cited = card.citation("default")
+    assert "10,240 CUDA cores (= 80 SMs x 128" in cited and "1665 MHz boost" in cited and "912 GB/s" in cited
+    # GeForce tensor rates come from the RTX 3090's per-SM rates, not a 3080 Ti document
+    assert card.source("fp16_tensor") == "derived-ga10x-geforce"
+    assert card.peak_tflops["fp16_tensor"] == pytest.approx(80 * 512 * 1.665e-3, abs=0.05)
+
+
+def test_h800_pcie_is_the_h100_pcie_with_fp64_cut() -> None:
+    h800, h100 = lookup("NVIDIA H800 PCIe"), lookup("h100 pcie")
+    same = ("sm_count", "cc", "memory_gb", "memory_type", "memory_bandwidth_gbs", "l2_cache_mb", "tdp_w")
+    assert {f: getattr(h800, f) for f in same} == {f: getattr(h100, f) for f in same}
+    assert (h800.sm_count, h800.memory_bandwidth_gbs) == (114, 2000)
+    assert {k: v for k, v in h800.peak_tflops.items() if "fp64" not in k} == \
+        {k: v for k, v in h100.peak_tflops.items() if "fp64" not in k}
+    assert h800.peak_tflops["fp64"] == h800.peak_tflops["fp64_tensor"] == 0.8
+    assert "114 SM, 50 MiB L2" in h800.citation("sm_count") and "OEM1513 rating includes structural sparsity" \
+        in h800.citation("fp16_tensor")
+    # no H800 PCIe datasheet was found: what rests on recall or on the H100 PCIe says so
+    for name in ("fp64", "fp64_tensor", "fp32", "tf32_tensor", "int8_tensor", "boost_clock_mhz"):
+        assert h800.source(name) == "unverified-h800-pcie", name
+
+
+def test_gh200_memory_variants_share_compute_and_differ_in_memory() -> None:
+    hbm3, hbm3e = lookup("NVIDIA GH200 480GB"), lookup("NVIDIA GH200 144G HBM3e")
+    assert lookup("NVIDIA GH200 120GB") is hbm3  # the driver names the 96 GB GPU after the Grace side's LPDDR5X
+    assert (hbm3.memory_gb, hbm3.memory_type, hbm3.memory_bandwidth_gbs) == (96, "HBM3", 4000)
+    assert (hbm3e.memory_gb, hbm3e.memory_type, hbm3e.memory_bandwidth_gbs) == (144, "HBM3e", 4900)
+    assert hbm3.peak_tflops == hbm3e.peak_tflops
+    assert (hbm3.sm_count, hbm3.boost_clock_mhz, hbm3.cc) == (hbm3e.sm_count, hbm3e.boost_clock_mhz, hbm3e.cc) \
+        == (132, 1980, "9.0")
+    sheet = hbm3.citation("memory_bandwidth_gbs")
+    assert "96GB HBM3 | 144GB HBM3e" in sheet and "up to 4TB/s | up to 4.9TB/s" in sheet
+    # the datasheet states dense beside sparse; the dense one is carried
+    assert "FP8 Tensor Core 3,958* | 1,979" in sheet and hbm3.peak_tflops["fp8_tensor"] == 1979
+    assert "TF32 Tensor Core 989* | 494" in sheet and hbm3.peak_tflops["tf32_tensor"] == 494
+    assert hbm3.tdp_w is None and hbm3e.tdp_w is None  # NVIDIA gives power only for CPU + GPU + memory
+    assert hbm3e.source("sm_count") == "unverified-gh200-144g" and hbm3.source("sm_count") == "gh200-96gb-devices"
+
+
+def _nsys_export_with_devices(corpus: Path, out: Path, devices: list[tuple[str, int, str]]) -> Path:
+    """The real H200 Nsight Systems export reduced to its metadata and TARGET_INFO_GPU, with that table's one real
+    row copied once per (name, SM count, CC): an export in the real schema from GPUs the corpus has no trace of."""
+    source = corpus / "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite"
+    with sqlite3.connect(f"file:{source}?mode=ro&immutable=1", uri=True) as db:
+        db.execute(f"VACUUM INTO '{out}'")
+    with sqlite3.connect(out) as db:
+        keep = {"TARGET_INFO_GPU", "StringIds"} | {n for (n,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE '%META%'")}
+        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+            if name not in keep:
+                db.execute(f'DROP TABLE "{name}"')
+        given = ("id", "name", "smCount", "computeMajor", "computeMinor")
+        cols = ", ".join(f'"{r[1]}"' for r in db.execute("PRAGMA table_info(TARGET_INFO_GPU)") if r[1] not in given)
+        for device, (name, sms, cc) in enumerate(devices, start=1):
+            major, minor = (int(part) for part in cc.split("."))
+            db.execute(f"INSERT INTO TARGET_INFO_GPU ({', '.join(given)}, {cols}) SELECT ?, ?, ?, ?, ?, {cols} "
+                       "FROM TARGET_INFO_GPU WHERE id = 0", (device, name, sms, major, minor))
+        db.execute("DELETE FROM TARGET_INFO_GPU WHERE id = 0")
+    return out
+
+
+def test_an_export_naming_the_new_gpus_matches_their_cards(corpus: Path, tmp_path: Path) -> None:
+    from iotrace.trace import load
+
+    rows = [("NVIDIA GeForce RTX 3080 Ti", 80, "8.6", "rtx3080ti"), ("NVIDIA H800 PCIe", 114, "9.0", "h800-pcie"),
+            ("NVIDIA GH200 480GB", 132, "9.0", "gh200-96gb"), ("NVIDIA GH200 120GB", 132, "9.0", "gh200-96gb"),
+            ("NVIDIA GH200 144G HBM3e", 132, "9.0", "gh200-144gb"),
+            ("NVIDIA H800 PCIe", 132, "9.0", None)]  # a name match whose SM count disagrees is refused
+    trace = load(_nsys_export_with_devices(corpus, tmp_path / "new_gpus.sqlite", [r[:3] for r in rows]))
+    devices = trace.devices
+    assert list(zip(devices["name"], devices["sm_count"], devices["cc"], devices["card"], strict=True)) == rows
+    for name, sms, cc, key in rows[:-1]:
+        assert (lookup(key).sm_count, lookup(key).cc) == (sms, cc), name
+    assert [note for note in trace.meta["notes"] if "not in the CardBook" in note] == [
+        "device 6 'NVIDIA H800 PCIe' (CC 9.0, 132 SMs) is not in the CardBook: its rooflines use the file's own "
+        "properties; add a card for it to iotrace/data/cards.toml (see README: CardBook)"]
+
+
+def test_gh200_l2_is_what_a_six_stack_gh100_reports(corpus: Path) -> None:
+    """The GH200 cards' 60 MB L2 is the full GH100's: the real H200 export (GH100, all six HBM stacks, like GH200)
+    reports it; the H100 SXM card's 50 MB is the five-stack part's."""
+    source = corpus / "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite"
+    with sqlite3.connect(f"file:{source}?mode=ro&immutable=1", uri=True) as db:
+        (chip, l2_bytes, sms), = db.execute("SELECT chipName, l2CacheSize, smCount FROM TARGET_INFO_GPU").fetchall()
+    assert chip == "GH100"
+    for key in ("gh200-96gb", "gh200-144gb"):
+        card = lookup(key)
+        assert card.l2_cache_mb * 2**20 == l2_bytes and card.sm_count == sms and card.chip == chip
+    assert "62914560" in lookup("gh200-96gb").citation("l2_cache_mb")

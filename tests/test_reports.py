@@ -60,7 +60,7 @@ def _raw(path: str) -> list[dict[str, float]]:
 
 @cache
 def _report(corpus: Path, name: str, **options: object):
-    return build_report(load(corpus / name), top=1000, **options)
+    return build_report(load(corpus / name), top=1000, each_launch=True, **options)  # compared launch by launch
 
 
 def _ncu_reps(corpus: Path) -> list[Path]:

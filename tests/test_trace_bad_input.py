@@ -91,6 +91,21 @@ def test_truncated_and_corrupted_sqlite(corpus: Path, tmp_path: Path) -> None:
         load(_write(tmp_path, "smashed.sqlite", bytes(smashed)))
 
 
+def test_an_nsys_export_with_a_repeated_string_id_is_refused(corpus: Path, tmp_path: Path) -> None:
+    """A byte flip the fuzz test found can make two StringIds rows share an id (nsys's primary key): refused in one
+    line, not a pandas InvalidIndexError."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "repeated.sqlite"
+    shutil.copy(corpus / "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite", path)
+    with sqlite3.connect(path) as db:
+        db.executescript("CREATE TABLE copy AS SELECT * FROM StringIds; INSERT INTO copy SELECT * FROM StringIds "
+                         "LIMIT 1; DROP TABLE StringIds; ALTER TABLE copy RENAME TO StringIds;")
+    with pytest.raises(TraceFormatError, match="StringIds holds id 0 more than once"):
+        load(path)
+
+
 def test_html_renamed_ncu_rep_and_truncated_report(corpus: Path, tmp_path: Path) -> None:
     data = (corpus / "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep").read_bytes()
     with pytest.raises(TraceFormatError, match="damaged Nsight Compute report"):

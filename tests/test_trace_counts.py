@@ -75,7 +75,7 @@ def test_one_kernel_launched_100_times_is_one_kernel_with_100_launches(corpus: P
     assert "1 kernel (100 launches)" in text and "100 kernels" not in text
     report = run_cli("report", str(corpus / KMEANS), "--top", "100").stdout
     assert "1 kernel (100 launches)" in report and "100 kernels" not in report
-    assert "Kernels (100 profiled launches of 1 kernel)" in report
+    assert "Kernels (1 launch group: 100 profiled launches of 1 kernel, identical launches grouped)" in report
 
 
 @pytest.mark.parametrize("name", [ALEXNET, TRACE_DIFF])
@@ -203,11 +203,12 @@ def test_nsys_shared_memory_ranges_per_name_match_sqlite(corpus: Path) -> None:
         assert k["dynamic_smem_bytes"] == {"min": min(d for _, d in launches), "max": max(d for _, d in launches)}
         assert k["smem_bytes"] == {"min": min(s + d for s, d in launches), "max": max(s + d for s, d in launches)}
     report = _report(corpus / RTX3090)
-    for k in report["kernels"]:  # a timeline: one record per name, its longest launch's configuration
-        launches = per[k["name"]]
-        assert (k["static_smem_bytes"], k["dynamic_smem_bytes"]) in launches
+    seen: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for k in report["kernels"]:  # a timeline: one record per name and launch configuration
+        assert (k["static_smem_bytes"], k["dynamic_smem_bytes"]) in per[k["name"]]
         assert k["smem_bytes"] == k["static_smem_bytes"] + k["dynamic_smem_bytes"]
-        assert k["smem_bytes_range"] == {"min": min(s + d for s, d in launches), "max": max(s + d for s, d in launches)}
+        seen[k["name"]].add((k["static_smem_bytes"], k["dynamic_smem_bytes"]))
+    assert seen == {name: set(launches) for name, launches in per.items()}
 
 
 def test_kineto_total_shared_memory_only(corpus: Path) -> None:
@@ -215,24 +216,22 @@ def test_kineto_total_shared_memory_only(corpus: Path) -> None:
     per: dict[str, list[int]] = defaultdict(list)
     for e in events:
         per[e["name"]].append(e["args"]["shared memory"])
-    longest = {}
-    for e in sorted(events, key=lambda e: -e["dur"]):
-        longest.setdefault(e["name"], e["args"]["shared memory"])
     info = summarise(load(corpus / ALEXNET), top=1000)
     assert {k["name"] for k in info["top_kernels"]} == set(per)
     for k in info["top_kernels"]:
         assert k["static_smem_bytes"] is None and k["dynamic_smem_bytes"] is None  # Kineto records only the total
         assert k["smem_bytes"] == {"min": min(per[k["name"]]), "max": max(per[k["name"]])}
     report = build_report(load(corpus / ALEXNET), top=1000).to_dict()
-    for k in report["kernels"]:
+    seen: dict[str, set[int]] = defaultdict(set)
+    for k in report["kernels"]:  # one record per launch configuration, shared memory part of it
         assert k["static_smem_bytes"] is None and k["dynamic_smem_bytes"] is None
-        assert k["smem_bytes"] == longest[k["name"]]
+        seen[k["name"]].add(k["smem_bytes"])
+    assert seen == {name: set(values) for name, values in per.items()}
 
 
 def test_a_range_profiler_trace_has_no_shared_memory_and_says_none(corpus: Path) -> None:
     report = build_report(load(corpus / RANGE_PROFILER)).to_dict()
-    assert report["kernels"] and all(k["smem_bytes"] is None and k["smem_bytes_range"] is None
-                                     for k in report["kernels"])
+    assert report["kernels"] and all(k["smem_bytes"] is None for k in report["kernels"])
 
 
 def test_info_with_shared_memory_still_never_imports_pandas(corpus: Path) -> None:

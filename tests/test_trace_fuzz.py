@@ -109,22 +109,15 @@ def _alarm(signum, frame):
     raise _Hang
 
 
-def test_fuzzed_corpus_raises_only_iotrace_errors(corpus: Path, tmp_path: Path) -> None:
-    seed = _seed()
+def _fuzz(originals: dict[str, bytes], cases: int, seed: int, target: Path) -> dict[str, int]:
+    """Load ``cases`` mutations of the originals (in turn) at ``target``; fail on anything but an IotraceError or on
+    a case past PER_CASE_S; return how many loaded and how many were refused."""
     rng = random.Random(seed)
-    originals = {name: (corpus / name).read_bytes() for name in SOURCES}
-    originals["nsys-compact.sqlite"] = _compact_sqlite(corpus, tmp_path / "compact.sqlite")
-    for name, data in originals.items():  # the unmutated sources load: the fuzz starts from good files
-        path = tmp_path / "orig"
-        path.write_bytes(data)
-        assert len(load(path).kernels) + len(load(path).ranges) > 0, name
     names = sorted(originals)
-    target = tmp_path / "case"
     outcomes = {"loaded": 0, "refused": 0}
     previous = signal.signal(signal.SIGALRM, _alarm)
-    started = time.monotonic()
     try:
-        for case in range(CASES):
+        for case in range(cases):
             name = names[case % len(names)]
             how, data = _mutate(originals[name], rng)
             target.write_bytes(data)
@@ -142,5 +135,33 @@ def test_fuzzed_corpus_raises_only_iotrace_errors(corpus: Path, tmp_path: Path) 
                 signal.alarm(0)
     finally:
         signal.signal(signal.SIGALRM, previous)
+    return outcomes
+
+
+def test_fuzzed_corpus_raises_only_iotrace_errors(corpus: Path, tmp_path: Path) -> None:
+    originals = {name: (corpus / name).read_bytes() for name in SOURCES}
+    originals["nsys-compact.sqlite"] = _compact_sqlite(corpus, tmp_path / "compact.sqlite")
+    for name, data in originals.items():  # the unmutated sources load: the fuzz starts from good files
+        path = tmp_path / "orig"
+        path.write_bytes(data)
+        assert len(load(path).kernels) + len(load(path).ranges) > 0, name
+    started = time.monotonic()
+    outcomes = _fuzz(originals, CASES, _seed(), tmp_path / "case")
     assert outcomes["refused"] > CASES // 4, outcomes  # mutations are mostly caught, not silently loaded
     assert time.monotonic() - started < 120
+
+
+#: A report with source counters (per-address stall samples, SASS, the source-line map: the ``source_samples``
+#: reader), fuzzed on its own so the cases above keep their seeded order. Each case that reaches ncu_report pays its
+#: disassembler's start-up (about 0.3 s), hence fewer cases.
+SOURCE_COUNTERS = "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep"
+SOURCE_COUNTER_CASES = 100
+
+
+def test_fuzzed_source_counter_report_raises_only_iotrace_errors(corpus: Path, tmp_path: Path) -> None:
+    original = (corpus / SOURCE_COUNTERS).read_bytes()
+    target = tmp_path / "case.ncu-rep"
+    target.write_bytes(original)
+    assert load(target).rows("source_samples") > 0  # the unmutated report reaches the per-address reader
+    outcomes = _fuzz({SOURCE_COUNTERS: original}, SOURCE_COUNTER_CASES, _seed(), target)
+    assert outcomes["refused"] > SOURCE_COUNTER_CASES // 4, outcomes

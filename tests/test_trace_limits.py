@@ -23,11 +23,12 @@ def _launches(path: Path) -> int:
 def test_a_report_cut_by_top_says_what_it_shows_of_how_many(corpus: Path) -> None:
     total = _launches(corpus / KMEANS)
     assert total == 100
-    data = json.loads(run_cli("report", str(corpus / KMEANS), "--json").stdout)
+    # Listed launch by launch (identical launches are otherwise one row: tests/test_launch_groups.py).
+    data = json.loads(run_cli("report", str(corpus / KMEANS), "--json", "--each-launch").stdout)
     assert (data["kernels_shown"], data["kernels_total"], len(data["kernels"])) == (50, total, 50)
-    text = run_cli("report", str(corpus / KMEANS), env={"COLUMNS": "120"}).stdout
+    text = run_cli("report", str(corpus / KMEANS), "--each-launch", env={"COLUMNS": "120"}).stdout
     assert f"Kernels (showing 50 of {total} profiled launches of 1 kernel; --top {total} shows all)" in text
-    whole = json.loads(run_cli("report", str(corpus / KMEANS), "--json", "--top", "200").stdout)
+    whole = json.loads(run_cli("report", str(corpus / KMEANS), "--json", "--top", "200", "--each-launch").stdout)
     assert whole["kernels_shown"] == whole["kernels_total"] == total == len(whole["kernels"])
 
 

@@ -33,7 +33,7 @@ def test_a_report_without_dram_bytes_keeps_its_speed_of_light_and_is_classified_
     path = corpus / "ncu-rep" / name
     raw = _throughputs(path)
     assert not any(has_dram for *_, has_dram in raw), "the file was meant to lack dram__bytes"
-    report = build_report(load(path))
+    report = build_report(load(path), each_launch=True)  # compared launch by launch
     assert report.kernels
     for kernel in report.kernels:
         _, sm, memory, _ = raw[kernel.kernel_id]
@@ -57,5 +57,5 @@ def test_kmeans_first_launch_is_compute_bound_by_its_speed_of_light(corpus: Path
     path = corpus / "ncu-rep" / "gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep"
     _, sm, memory, _ = _throughputs(path)[0]
     assert (round(sm, 2), round(memory, 2)) == (79.07, 75.84)
-    kernel = build_report(load(path)).kernels[0]
+    kernel = build_report(load(path), each_launch=True).kernels[0]  # launch 0
     assert kernel.roofline.bound == "compute"

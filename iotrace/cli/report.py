@@ -58,7 +58,12 @@ def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
     parser.add_argument("--ceilings", choices=("auto", "file", "card"), default="auto",
                         help="roofline ceilings: the file's own *.peak_sustained (file), the card (card), or the "
                              "file's where present, else the card's (auto, default)")
-    parser.add_argument("--top", type=binary_count, default=50, help="report at most this many kernels (default 50)")
+    parser.add_argument("--top", type=binary_count, default=50,
+                        help="report at most this many kernel rows (default 50)")
+    parser.add_argument("--each-launch", action="store_true",
+                        help="one row per launch; by default identical launches (same name, grid, block, "
+                             "registers, shared memory) are one row with their count, min/median/max time and "
+                             "averaged counters")
     add_wide(parser)
 
 
@@ -97,7 +102,7 @@ def _build(args: argparse.Namespace, trace: Path, **extra: Any):
     from iotrace.trace.reports.report import build_report
 
     return build_report(load(trace), kernel=args.kernel, card=args.card, ceilings=args.ceilings, top=args.top,
-                        **extra)
+                        each_launch=args.each_launch, **extra)
 
 
 def _write(path: Path | None, text: str) -> None:

@@ -39,15 +39,21 @@ def _plural(n: int, one: str, many: str | None = None) -> str:
 def counts_text(counts: dict[str, int]) -> str:
     """:meth:`TraceTables.counts` in words, the same in ``iotrace info`` and ``iotrace report``: distinct kernels
     with their launches (and how many carry a duration, where not all do), metric values, CPU-side ranges (GPU
-    mirrors apart), memcpy and memset operations, devices."""
+    mirrors apart), memcpy and memset operations, devices, and the CUDA graph launches with the kernel launches
+    they ran, where there are any."""
     launches = _plural(counts["launches"], "launch", "launches")
     if counts["measured_launches"] != counts["launches"]:
         launches += f", {counts['measured_launches']} with a duration"
     ranges = _plural(counts["ranges"], "range")
     if counts["gpu_ranges"]:
         ranges += f" (+{counts['gpu_ranges']} GPU mirrors)"
+    graphs = ""
+    if counts.get("graph_launches"):
+        graphs = (f", {_plural(counts['graph_launches'], 'CUDA graph launch', 'CUDA graph launches')} "
+                  f"(running {counts['graph_kernels']} of the launches)")
     return (f"{_plural(counts['kernels'], 'kernel')} ({launches}), {_plural(counts['metrics'], 'metric value')}, "
-            f"{ranges}, {counts['memcpy']} memcpy, {counts['memset']} memset, {_plural(counts['devices'], 'device')}")
+            f"{ranges}, {counts['memcpy']} memcpy, {counts['memset']} memset, {_plural(counts['devices'], 'device')}"
+            + graphs)
 
 
 def smem_columns(tables: TraceTables) -> dict[str, np.ndarray]:

@@ -1,11 +1,13 @@
 """The one table model every trace format loads into: :class:`TraceTables`.
 
-Six long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
+Seven long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
 with ``launches`` saying how many), ``metrics`` (kernel id, metric, unit, value), ``ranges`` (NVTX and
 annotation ranges), ``devices`` (what the file says about each GPU, with the matched CardBook card), ``transfers``
 (memory copies and sets), ``ops`` (CPU ops with input shapes, Kineto only; a kernel's ``op_id`` is the op open when
-it was launched) and ``meta`` (source, format, tool, version, schema, notes). Columns a format does not
-carry are present and missing (``<NA>`` / NaN), never absent, so a report can rely on the names below.
+it was launched), ``source_samples`` (PC-sampling stall samples per SASS address and reason, with the address's
+source line where the file maps it; Nsight Compute reports only) and ``meta`` (source, format, tool, version, schema,
+notes). Columns a format does not carry are present and missing (``<NA>`` / NaN), never absent, so a report can rely
+on the names below.
 
 :func:`build` is the only way parsers make tables: it orders and types the columns and refuses values no real
 profiler writes (infinities, NaN where a number was given, negative durations, numbers beyond 64-bit), so a
@@ -30,8 +32,9 @@ from iotrace.trace.errors import TraceFormatError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEVICE_COLUMNS", "GPU_RANGE_DOMAINS", "KERNEL_COLUMNS", "METRIC_COLUMNS", "RANGE_COLUMNS", "TABLES",
-           "TRANSFER_COLUMNS", "Column", "KernelTotal", "TraceTables", "build"]
+__all__ = ["DEVICE_COLUMNS", "GPU_RANGE_DOMAINS", "KERNEL_COLUMNS", "METRIC_COLUMNS", "RANGE_COLUMNS",
+           "SOURCE_SAMPLE_COLUMNS", "TABLES", "TRANSFER_COLUMNS", "Column", "KernelTotal", "TraceTables", "build",
+           "graph_launch_count"]
 
 # Column -> dtype. "Int64" is pandas' nullable integer (int64 values and a missing mask here): a missing value stays
 # missing instead of becoming a float.
@@ -45,6 +48,9 @@ KERNEL_COLUMNS: dict[str, str] = {
     "blocks_per_sm": "float64", "warps_per_sm": "float64", "theoretical_occupancy_pct": "float64",
     "est_achieved_occupancy_pct": "float64", "achieved_occupancy_pct": "float64",
     "nvtx_range_id": "Int64", "nvtx_path": "object", "launch_ns": "Int64", "op_id": "Int64",
+    # The launching API call's end, and for a kernel a CUDA graph ran: that graph launch call's correlation id (the
+    # kernel's own, as CUPTI gives a graph's kernels), the graph's id and the node's id where the file records them.
+    "launch_end_ns": "Int64", "graph_launch_id": "Int64", "graph_id": "Int64", "graph_node_id": "Int64",
 }
 METRIC_COLUMNS: dict[str, str] = {"kernel_id": "int64", "metric": "object", "unit": "object", "value": "float64"}
 RANGE_COLUMNS: dict[str, str] = {
@@ -64,6 +70,14 @@ OP_COLUMNS: dict[str, str] = {
     "id": "int64", "name": "object", "start_ns": "Int64", "end_ns": "Int64", "duration_ns": "float64",
     "process": "Int64", "thread": "Int64", "input_dims": "object", "input_types": "object",
 }
+#: Warp-state samples per SASS address (ncu's SourceCounters section): one row per launch, address and stall reason
+#: with samples > 0. ``reason`` is as the file spells it after ``smsp__pcsamp_warps_issue_stalled_`` (e.g.
+#: ``no_instructions``); ``sass`` the address's instruction; ``file``/``line`` its source line where the report maps
+#: it (compiled with line info) and ``text`` that line where ncu imported the file (``--import-source yes``).
+SOURCE_SAMPLE_COLUMNS: dict[str, str] = {
+    "kernel_id": "int64", "address": "int64", "reason": "object", "samples": "int64", "sass": "object",
+    "file": "object", "line": "Int64", "text": "object",
+}
 TRANSFER_COLUMNS: dict[str, str] = {
     "kind": "object", "device": "Int64", "stream": "Int64", "start_ns": "Int64", "end_ns": "Int64",
     "duration_ns": "float64", "bytes": "Int64", "launches": "int64",
@@ -80,7 +94,8 @@ _VALUE_LIMIT = 1e30          # metric values: counters and rates stay far below 
 GPU_RANGE_DOMAINS: frozenset[str] = frozenset({"gpu_user_annotation"})
 
 TABLES: dict[str, dict[str, str]] = {"kernels": KERNEL_COLUMNS, "metrics": METRIC_COLUMNS, "ranges": RANGE_COLUMNS,
-                                     "devices": DEVICE_COLUMNS, "transfers": TRANSFER_COLUMNS, "ops": OP_COLUMNS}
+                                     "devices": DEVICE_COLUMNS, "transfers": TRANSFER_COLUMNS, "ops": OP_COLUMNS,
+                                     "source_samples": SOURCE_SAMPLE_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -146,6 +161,10 @@ class TraceTables:
     def ops(self) -> pd.DataFrame:
         return self.table("ops")
 
+    @property
+    def source_samples(self) -> pd.DataFrame:
+        return self.table("source_samples")
+
     def rows(self, name: str) -> int:
         """How many rows table ``name`` has."""
         if name in self._frames:
@@ -199,7 +218,9 @@ class TraceTables:
         ``gpu_ranges``: their GPU-timeline mirrors (Kineto's ``gpu_user_annotation``, see
         :data:`GPU_RANGE_DOMAINS`), counted apart so a range is not counted twice; ``memcpy`` and ``memset``: memory
         copies and sets (operations: a summary row counts its calls); ``transfers``: every row of the transfers
-        table as operations (memcpy + memset, and any other kind); ``devices``: devices the file describes.
+        table as operations (memcpy + memset, and any other kind); ``devices``: devices the file describes;
+        ``graph_launches``: CUDA graph launch calls that ran a traced kernel, and ``graph_kernels``: the kernel
+        launches they ran (see :func:`graph_launch_count`).
         """
         launches = self.column("kernels", "launches")
         duration = self.column("kernels", "duration_ns")
@@ -212,11 +233,26 @@ class TraceTables:
         return {"kernels": len(set(self.column("kernels", "name").tolist())), "kernel_rows": self.rows("kernels"),
                 "launches": int(launches.sum()), "measured_launches": int(launches[~np.isnan(duration)].sum()),
                 "metrics": self.rows("metrics"), "ranges": len(domains) - gpu_ranges, "gpu_ranges": gpu_ranges,
-                "memcpy": memcpy, "memset": memset, "transfers": int(ops.sum()), "devices": self.rows("devices")}
+                "memcpy": memcpy, "memset": memset, "transfers": int(ops.sum()), "devices": self.rows("devices"),
+                "graph_launches": graph_launch_count(self.column("kernels", "graph_launch_id"),
+                                                     self.column("kernels", "launch_ns")),
+                "graph_kernels": int(launches[~np.isnan(self.column("kernels", "graph_launch_id"))].sum())}
+
+
+def graph_launch_count(launch_id: np.ndarray, launch_ns: np.ndarray) -> int:
+    """Distinct CUDA graph launch calls among kernels (``graph_launch_id``, NaN: none), told apart by correlation
+    id and call start: CUPTI numbers correlation ids per process, so two processes can reuse one."""
+    graph = ~np.isnan(launch_id)
+    ids, starts = launch_id[graph], np.nan_to_num(launch_ns[graph], nan=-1.0)
+    if not len(ids):
+        return 0
+    order = np.lexsort((starts, ids))  # sort and compare neighbours: np.unique imports numpy.ma
+    ids, starts = ids[order], starts[order]
+    return int(1 + ((ids[1:] != ids[:-1]) | (starts[1:] != starts[:-1])).sum())
 
 
 def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any = None, devices: Any = None,
-          transfers: Any = None, ops: Any = None, meta: dict[str, Any]) -> TraceTables:
+          transfers: Any = None, ops: Any = None, source_samples: Any = None, meta: dict[str, Any]) -> TraceTables:
     """Conform each table to its columns and types and check every number; raise rather than return bad data.
 
     Each table argument is a DataFrame, a list of row dicts, or a dict of columns (lists, numpy arrays or
@@ -224,17 +260,18 @@ def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any =
     without pandas.
     """
     given = {"kernels": kernels, "metrics": metrics, "ranges": ranges, "devices": devices, "transfers": transfers,
-             "ops": ops}
+             "ops": ops, "source_samples": source_samples}
     columns = {name: _conform(path, name, given[name], spec) for name, spec in TABLES.items()}
     ids = np.sort(columns["kernels"]["id"].values)  # sort and searchsorted: np.unique/isin import numpy.ma
     if (ids[1:] == ids[:-1]).any():
         raise TraceFormatError(path, "holds two kernels with the same id", "the file is damaged")
-    wanted = columns["metrics"]["kernel_id"].values
-    at = np.clip(np.searchsorted(ids, wanted), 0, max(len(ids) - 1, 0))
-    stray = ids[at] != wanted if len(ids) else np.ones(len(wanted), dtype=bool)
-    if stray.any():
-        raise TraceFormatError(path, f"has {int(stray.sum())} metric values for kernels it does not hold",
-                               "the file is damaged")
+    for table, what in (("metrics", "metric values"), ("source_samples", "stall-sample rows")):
+        wanted = columns[table]["kernel_id"].values
+        at = np.clip(np.searchsorted(ids, wanted), 0, max(len(ids) - 1, 0))
+        stray = ids[at] != wanted if len(ids) else np.ones(len(wanted), dtype=bool)
+        if stray.any():
+            raise TraceFormatError(path, f"has {int(stray.sum())} {what} for kernels it does not hold",
+                                   "the file is damaged")
     meta = {"source": str(path), **meta}
     meta.setdefault("notes", [])
     return TraceTables(columns, meta)

@@ -1,15 +1,26 @@
-"""Helpers the format parsers share, on numpy arrays: exact µs→ns conversion, launch times, NVTX paths of kernels."""
+"""Helpers the format parsers share, on numpy arrays: exact µs→ns conversion, launch times, graph launches, NVTX
+paths of kernels."""
 
 from __future__ import annotations
 
 import math
+import re
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from iotrace.trace.nvtx_join import innermost, nest_arrays
 
-__all__ = ["int_or_none", "launch_times", "range_paths", "us_to_ns"]
+__all__ = ["graph_launch_calls", "int_or_none", "is_graph_launch", "launch_columns", "launch_times", "range_paths",
+           "us_to_ns"]
+
+#: The host calls that launch a CUDA graph: the runtime's ``cudaGraphLaunch`` and the driver's ``cuGraphLaunch``,
+#: each also as the per-thread-default-stream ``_ptsz`` variant, with or without the CUPTI callback's version
+#: suffix (CUDA Runtime API "Graph Management"; CUPTI ``cupti_runtime_cbid.h``:
+#: ``CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000``). Nsight Systems names the call with the suffix
+#: (``cudaGraphLaunch_v10000``, as ``cudaLaunchKernel_v7000`` in the corpus exports), Kineto without it.
+_GRAPH_LAUNCH = re.compile(r"cu(da)?GraphLaunch(_ptsz)?(_v\d+)?")
 
 
 def us_to_ns(values: Any) -> np.ndarray:
@@ -36,23 +47,31 @@ def int_or_none(value: Any) -> int | None:
     return None
 
 
-def launch_times(kernel_corr: np.ndarray, kernel_start: np.ndarray, call_corr: np.ndarray,
-                 call_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each kernel's ``launch_ns``: the start of the API call that launched it, as (int64 values, missing mask).
-    Kernel start minus it is the launch latency the timeline report shows.
+@cache
+def is_graph_launch(name: str) -> bool:
+    """Whether an API call of this name launches a CUDA graph (see :data:`_GRAPH_LAUNCH`)."""
+    return _GRAPH_LAUNCH.fullmatch(name) is not None
+
+
+def graph_launch_calls(names: list[Any]) -> np.ndarray:
+    """Per API call, whether it launches a CUDA graph (a name that is not a string never does)."""
+    return np.fromiter((type(n) is str and is_graph_launch(n) for n in names), dtype=bool, count=len(names))
+
+
+def launching_calls(kernel_corr: np.ndarray, kernel_start: np.ndarray, call_corr: np.ndarray,
+                    call_time: np.ndarray) -> np.ndarray:
+    """Per kernel, the position in the calls of the API call that launched it (-1: none found).
 
     Correlation ids are float64 (NaN: none); times are int64 ns (epoch values pass 2^53, so never float64).
     CUPTI numbers correlation ids per process, so one id can belong to calls of several processes in one export:
     the launching call is the latest call with the kernel's id that began no later than the kernel did.
     """
-    n = len(kernel_corr)
-    values = np.zeros(n, dtype=np.int64)
-    missing = np.ones(n, dtype=bool)
+    found = np.full(len(kernel_corr), -1, dtype=np.int64)
     wanted = np.flatnonzero(~np.isnan(kernel_corr))
-    have = ~np.isnan(call_corr)
-    if not len(wanted) or not have.any():
-        return values, missing
-    calls = int(have.sum())
+    have = np.flatnonzero(~np.isnan(call_corr))
+    if not len(wanted) or not len(have):
+        return found
+    calls = len(have)
     corr = np.concatenate([call_corr[have], kernel_corr[wanted]])
     time = np.concatenate([call_time[have], kernel_start[wanted]])
     is_call = np.arange(len(corr)) < calls
@@ -65,9 +84,42 @@ def launch_times(kernel_corr: np.ndarray, kernel_start: np.ndarray, call_corr: n
     hit = last >= 0
     hit[hit] = corr[order][last[hit]] == corr[order][kernel_at[hit]]
     rows = wanted[order[kernel_at] - calls]
-    values[rows[hit]] = time[order][last[hit]]
-    missing[rows[hit]] = False
-    return values, missing
+    found[rows[hit]] = have[order[last[hit]]]
+    return found
+
+
+def launch_times(kernel_corr: np.ndarray, kernel_start: np.ndarray, call_corr: np.ndarray,
+                 call_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each kernel's ``launch_ns``: the start of the API call that launched it (:func:`launching_calls`), as
+    (int64 values, missing mask). Kernel start minus it is the launch latency the timeline report shows."""
+    return launch_columns(kernel_corr, kernel_start, call_corr, call_time)["launch_ns"]
+
+
+def launch_columns(kernel_corr: np.ndarray, kernel_start: np.ndarray, call_corr: np.ndarray, call_time: np.ndarray,
+                   call_end: np.ndarray | None = None, call_graph: np.ndarray | None = None,
+                   call_end_missing: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The kernel columns that come from the launching API call (:func:`launching_calls`), each as (int64 values,
+    missing mask): ``launch_ns`` (the call's start), ``launch_end_ns`` (its end, given ``call_end``; missing where
+    ``call_end_missing`` says the file has none) and
+    ``graph_launch_id`` (the call's correlation id where ``call_graph`` says it launched a CUDA graph: every kernel
+    of one graph launch shares it, CUPTI giving a graph's kernels the correlation id of the launching call)."""
+    call = launching_calls(kernel_corr, kernel_start, call_corr, call_time)
+    hit = call >= 0
+    at = np.where(hit, call, 0)
+    empty = not len(call_corr)
+
+    def pick(values: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (np.zeros(len(call), dtype=np.int64) if empty else np.where(where, values[at], 0).astype(np.int64),
+                ~where)
+
+    out = {"launch_ns": pick(call_time, hit)}
+    if call_end is not None:
+        ended = hit if call_end_missing is None or empty else hit & ~call_end_missing[at]
+        out["launch_end_ns"] = pick(call_end, ended)
+    if call_graph is not None:
+        graph = hit & (np.zeros(len(call), dtype=bool) if empty else call_graph[at])
+        out["graph_launch_id"] = pick(np.nan_to_num(call_corr), graph)
+    return out
 
 
 def range_paths(ranges: dict[str, np.ndarray], kernel_corr: np.ndarray, call_corr: np.ndarray,
@@ -108,7 +160,8 @@ def join_frames(kernels: Any, ranges: Any, calls: Any) -> tuple[Any, Any]:
     """:func:`range_paths` and :func:`launch_times` for a reader holding DataFrames: ``kernels`` (needs
     ``correlation_id`` and ``start_ns``) gains ``nvtx_range_id``, ``nvtx_path`` and ``launch_ns``; ``ranges`` (id,
     name, thread, start_ns, end_ns, nests) gains ``depth`` and ``parent_id`` and loses ``nests``; ``calls`` holds
-    ``correlation_id``, ``thread`` and ``time_ns``."""
+    ``correlation_id``, ``thread`` and ``time_ns``, and optionally ``end_ns`` and ``graph`` (bool: the call launched
+    a CUDA graph), which give the kernels ``launch_end_ns`` and ``graph_launch_id`` (:func:`launch_columns`)."""
     import pandas as pd
 
     def floats(frame: Any, column: str) -> np.ndarray:
@@ -134,7 +187,11 @@ def join_frames(kernels: Any, ranges: Any, calls: Any) -> tuple[Any, Any]:
         path = np.where(hit, nested["path"][np.clip(found, 0, None)], None)
         kernels = kernels.assign(nvtx_range_id=pd.arrays.IntegerArray(range_id, ~hit), nvtx_path=path)
     if has_ids and len(call_corr) and "start_ns" in kernels:
-        values, missing = launch_times(kernel_corr, ints(kernels, "start_ns"), call_corr, call_time)
-        kernels = kernels.assign(launch_ns=pd.arrays.IntegerArray(values, missing | kernels["start_ns"].isna()
-                                                                  .to_numpy()))
+        end = ints(usable, "end_ns") if "end_ns" in usable else None
+        unended = pd.to_numeric(usable["end_ns"], errors="coerce").isna().to_numpy() if "end_ns" in usable else None
+        graph = usable["graph"].to_numpy(dtype=bool) if "graph" in usable else None
+        columns = launch_columns(kernel_corr, ints(kernels, "start_ns"), call_corr, call_time, end, graph, unended)
+        unstarted = kernels["start_ns"].isna().to_numpy()
+        kernels = kernels.assign(**{name: pd.arrays.IntegerArray(values, missing | unstarted)
+                                    for name, (values, missing) in columns.items()})
     return kernels, ranges

@@ -8,6 +8,8 @@ Both schemas are read through the field maps in ``iotrace/data/trace_fields.toml
   with their counters in ``metrics``; their ``dur`` spans the profiler's replay, not the kernel, so the kernel's
   duration is left missing and a note says so.
 - ROCm (roctracer) kernel events carry no registers, grid or occupancy: those columns stay missing, with a note.
+- A kernel a CUDA graph ran shares the correlation id of the ``cudaGraphLaunch`` call (``cuda_runtime``) that ran
+  it: that id is its ``graph_launch_id``; Kineto records no graph or node id, so those stay missing.
 - Ranges are ``user_annotation`` events (``record_function`` and profiler steps) on CPU threads, joined to kernels
   through the launching ``cuda_runtime`` call's correlation id; ``gpu_user_annotation`` ranges are kept unjoined.
 
@@ -34,7 +36,7 @@ from iotrace.trace.devices import vendor_of, with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
-from iotrace.trace.formats._common import int_or_none, launch_times, range_paths, us_to_ns
+from iotrace.trace.formats._common import graph_launch_calls, int_or_none, launch_columns, range_paths, us_to_ns
 from iotrace.trace.parser import Head, read_bytes
 from iotrace.trace.tables import Column, TraceTables, build
 
@@ -198,10 +200,14 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     call_events = kept[_RUNTIME]
     call_corr = np.array([_number(a.get("correlation")) for a in _arguments(call_events)], dtype=np.float64)
     call_thread = np.array([_thread(threads, e) for e in call_events], dtype=np.int64)
-    call_time = times[_RUNTIME][0]
+    call_time, call_duration = times[_RUNTIME]
     kernel_corr = np.array([_number(v) for v in kernels["correlation_id"]], dtype=np.float64)
     if len(call_events):
-        kernels["launch_ns"] = Column(*launch_times(kernel_corr, start, call_corr, call_time))
+        # A graph's kernels carry the correlation id of the cudaGraphLaunch that ran them (Kineto writes no graph
+        # or node id: CuptiActivity.cpp's kernel metadata), so the launch call says which kernels a graph ran.
+        launched = launch_columns(kernel_corr, start, call_corr, call_time, _end(call_time, call_duration).values,
+                                  graph_launch_calls([e.name for e in call_events]))
+        kernels.update({name: Column(*values) for name, values in launched.items()})
 
     range_events = kept[_ANNOTATION]
     range_start, range_duration = times[_ANNOTATION]

@@ -8,15 +8,20 @@ first (a cut-short file is refused before it reaches native code) and zero range
 
 Every numeric metric of every launch lands in ``metrics``; launch and occupancy metrics named in
 ``iotrace/data/trace_fields.toml`` (section ``ncu``) also fill the kernel columns; ``device__attribute_*`` fill
-``devices``. String-valued metrics (cache config, names) are not in ``metrics``, whose values are numbers.
+``devices``. String-valued metrics (cache config, names) are not in ``metrics``, whose values are numbers. The
+SourceCounters section's per-address stall samples (instanced ``smsp__pcsamp_warps_issue_stalled_*``) fill
+``source_samples``, with each address's SASS and source line as ``ncu_report`` maps them.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import json
 import math
 import os
 import re
+import select
+import signal
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,9 +35,15 @@ from iotrace.trace.errors import TraceFormatError, TraceToolError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
 from iotrace.trace.parser import Head
-from iotrace.trace.tables import TraceTables, build
+from iotrace.trace.tables import SOURCE_SAMPLE_COLUMNS, TraceTables, build
 
 _VERSION = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
+# The profiled process's command line, which ncu stores as one length-prefixed protobuf string starting with the ncu
+# executable's path ("/opt/nvidia/nsight-compute/2024.1.1/target/.../ncu --set full -o r ./app ").
+_COMMAND = re.compile(rb"(?:/[\x21-\x7e]*/)?ncu(?:\.exe)? [\x20-\x7e]+")
+# Metric families ncu records from the launch itself and the device, even when the replay that collects the counters
+# fails: a launch that has only these was not profiled.
+_NOT_COUNTERS = ("launch__", "device__", "numa__", "nvlink__", "c2clink__", "profiler__")
 
 
 class NcuRepParser(_sniff.NcuRep):
@@ -48,7 +59,7 @@ class NcuRepParser(_sniff.NcuRep):
             raise TraceToolError(path, "reading Nsight Compute reports needs NVIDIA's ncu_report module",
                                  "pip install 'iotrace[nsight]' (PyPI ncu-report), or export with "
                                  "ncu --import FILE --csv --page raw > FILE.csv") from exc
-        _probe_in_child(path, ncu_report)
+        sass = _probe_in_child(path, ncu_report)
         try:
             with _native_stderr_quiet():
                 context = ncu_report.load_report(str(path))
@@ -69,17 +80,26 @@ class NcuRepParser(_sniff.NcuRep):
                 "schema": f"FileHeader version {header_version}", "notes": []}
         if version is None:
             meta["notes"].append("the report does not state its Nsight Compute version (2019-era file)")
-        return _read(path, context, ncu_report, meta)
+        meta["command"] = capture_command(data)
+        return _read(path, context, ncu_report, meta, sass)
 
 
-def _probe_in_child(path: Path, ncu_report: Any) -> None:
+def _probe_in_child(path: Path, ncu_report: Any) -> list[dict[int, str | None]] | None:
     """Read the whole report once in a forked child: a damaged report can abort ncu_report's native code, which
-    would end this process with no message. The fuzz test found such files; a fork costs milliseconds."""
+    would end this process with no message. The fuzz test found such files; a fork costs milliseconds.
+
+    The child also reads the SASS of every sampled address and hands it back, one line per launch: ncu_report's
+    disassembler runs on a thread it starts once per process, so a forked child of a process that has called
+    ``sass_by_pc`` waits forever for a thread it does not have. This process never calls it where it can fork.
+    Returns the SASS per launch (address -> text or None), or None where there is no fork (the reader then reads
+    it)."""
     if not hasattr(os, "fork"):
-        return
+        return None
+    read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: read every metric, then leave without running any Python cleanup
         faulthandler.disable()  # a crash here is the expected outcome of a damaged file, not a report to print
+        os.close(read_end)
         code = 0
         try:
             with _native_stderr_quiet():
@@ -92,13 +112,41 @@ def _probe_in_child(path: Path, ncu_report: Any) -> None:
                             metric = action.metric_by_name(name)
                             if metric is not None and metric.kind() != ncu_report.IMetric.ValueKind_STRING:
                                 metric.as_double()
+                        sink: dict[str, list[Any]] = {column: [] for column in SOURCE_SAMPLE_COLUMNS}
+                        _source_samples(path, action, 0, sink, None)  # every native call the reader makes
+                        found = dict(zip(sink["address"], sink["sass"], strict=True))
+                        line = (json.dumps(list(found.items())) + "\n").encode()
+                        while line:
+                            line = line[os.write(write_end, line):]
         except BaseException:
             code = 3
         os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    os.close(write_end)
+    received = bytearray()
+    reaped = False
+    try:
+        while True:
+            # No word from the child for this long: ncu_report hangs (a damaged file, or the disassembler case above).
+            if not select.select([read_end], [], [], _CHILD_SILENCE_S)[0]:
+                raise TraceFormatError(path, f"makes NVIDIA's ncu_report hang (no progress in {_CHILD_SILENCE_S} s)",
+                                       "the report is damaged; export it again (or, where this process called "
+                                       "ncu_report's sass_by_pc itself, load the report in a fresh process)")
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            received += chunk
+        _, status = os.waitpid(pid, 0)
+        reaped = True
+    finally:
+        os.close(read_end)
+        if not reaped:  # the silence, an alarm or an error ended the wait: the child must not outlive it
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         raise TraceFormatError(path, f"makes NVIDIA's ncu_report crash (signal {os.WTERMSIG(status)}) while reading it",
                                "the report is damaged; export it again")
+    # A child that stopped on an error wrote the launches it finished; the reader meets the error itself.
+    return [{int(address): text for address, text in json.loads(line)} for line in bytes(received).splitlines()]
 
 
 @contextmanager
@@ -194,7 +242,26 @@ def check_container(path: Path, data: bytes) -> tuple[int, int]:
     return version, results
 
 
-def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any]) -> TraceTables:
+def capture_command(data: bytes) -> str | None:
+    """The ``ncu ...`` command line the report was captured with (the executable's path shortened to ``ncu``), or
+    None where the file does not store one (2019-era reports)."""
+    for match in _COMMAND.finditer(data):
+        start, text = match.start(), match.group()
+        # The string's protobuf length is the varint just before it: one byte below 128 characters, else two. The
+        # printable run can continue past the string into the next field's bytes, so the length that fits is taken.
+        lengths = [data[start - 1]] if start >= 1 and data[start - 1] < 0x80 else []
+        if start >= 2 and data[start - 2] & 0x80 and data[start - 1] < 0x80:
+            lengths.append((data[start - 2] & 0x7F) | (data[start - 1] << 7))
+        fits = [n for n in lengths if len(text) - 8 <= n <= len(text)]
+        if fits:
+            text = text[:max(fits)]
+        words = text.decode("ascii").split()
+        return " ".join(["ncu", *words[1:]])
+    return None
+
+
+def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
+          sass: list[dict[int, str | None]] | None = None) -> TraceTables:
     spec = fields("ncu")
     kernel_map: dict[str, str] = spec["kernel_metrics"]
     device_map: dict[str, str] = spec["device_metrics"]
@@ -206,11 +273,16 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any]) -> Tr
     metric_values: list[float] = []
     devices: dict[Any, dict[str, Any]] = {}
     not_finite: set[str] = set()
+    sections: set[str] = set()
+    samples: dict[str, list[Any]] = {column: [] for column in SOURCE_SAMPLE_COLUMNS}
     for r in range(context.num_ranges()):
         rng = context.range_by_idx(r)
         for a in range(rng.num_actions()):
             action = rng.action_by_idx(a)
             kid = len(kernels)
+            sections.update(str(s.identifier()) for s in action.sections())
+            launch_not_finite: set[str] = set()
+            counters = 0
             row: dict[str, Any] = {"id": kid, "name": action.name(ncu_report.IAction.NameBase_DEMANGLED),
                                    "mangled_name": action.name(ncu_report.IAction.NameBase_MANGLED) or None}
             device: dict[str, Any] = {}
@@ -225,9 +297,11 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any]) -> Tr
                     continue
                 value = metric.as_double()
                 if not math.isfinite(value):
-                    # ncu 2019 stores an unlimited occupancy limit (no shared memory used) as a non-finite value.
-                    not_finite.add(name)
+                    # ncu 2019 stores an unlimited occupancy limit (no shared memory used) as a non-finite value;
+                    # a launch whose replay failed has every counter non-finite.
+                    launch_not_finite.add(name)
                     continue
+                counters += not name.startswith(_NOT_COUNTERS)
                 metric_ids.append(kid)
                 metric_names.append(name)
                 metric_units.append(metric.unit())
@@ -240,9 +314,13 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any]) -> Tr
                     cc[name.rsplit("_", 1)[1]] = value
             if "major" in cc and "minor" in cc:
                 device["cc"] = f"{int(cc['major'])}.{int(cc['minor'])}"
+            if counters:  # a launch with no counter at all was not profiled: its non-finite values say nothing
+                not_finite |= launch_not_finite
             device["device"] = row.get("device", 0)
             devices.setdefault(device["device"], device)
             kernels.append(row)
+            _source_samples(path, action, kid, samples, None if sass is None else sass[kid] if kid < len(sass) else {})
+    meta["sections"] = sorted(sections)
     if not_finite:
         meta["notes"].append("non-finite values left out of metrics (ncu's 'unlimited'): "
                              + ", ".join(sorted(not_finite)))
@@ -253,5 +331,81 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any]) -> Tr
                             "value": metric_values})
     rows = [{k: (int(v) if isinstance(v, float) and k not in ("name", "cc") and v == int(v) else v)
              for k, v in d.items()} for d in devices.values()]
-    return build(path, kernels=kernel_frame, metrics=metrics, devices=with_cards(rows, notes=meta["notes"]), meta=meta)
+    return build(path, kernels=kernel_frame, metrics=metrics, devices=with_cards(rows, notes=meta["notes"]),
+                 source_samples=samples, meta=meta)
 
+
+
+#: The PC-sampling stall counters of ncu's SourceCounters section, one instance per SASS address (its correlation
+#: id). Their ``_not_issued`` twins count the subset of those samples in which the warp issued nothing (Nsight
+#: Compute Profiling Guide, "Warp Stall Reasons (Not Issued)"; CUPTI_ActivityPCSampling3: samples "includes
+#: latencySamples"), so they are left out rather than counted twice.
+_SAMPLED_STALL = "smsp__pcsamp_warps_issue_stalled_"
+#: What ``sass_by_pc`` returns where the report holds no SASS for an address (the V100 OpenACC corpus report).
+_NO_SASS = "???"
+#: Seconds the probe child may go without finishing a launch before it counts as hung. Reading one launch takes
+#: milliseconds to a second on the corpus (1,729 sampled addresses at most); this leaves a wide margin.
+_CHILD_SILENCE_S = 60
+
+
+def _sampled(path: Path, action: Any) -> list[tuple[int, str, int]]:
+    """(address, reason as the file spells it, samples) for every address and reason with samples; refuses counts
+    no sampler writes (negative, fractional, not finite)."""
+    rows: list[tuple[int, str, int]] = []
+    for name in action.metric_names():
+        if not name.startswith(_SAMPLED_STALL) or name.endswith("_not_issued"):
+            continue
+        metric = action.metric_by_name(name)
+        if metric is None or not metric.has_correlation_ids():
+            continue
+        addresses = metric.correlation_ids()
+        count = metric.num_instances()
+        if addresses.num_instances() != count:
+            raise TraceFormatError(path, f"{name} has {count} values for {addresses.num_instances()} addresses",
+                                   "the report is damaged; export it again")
+        reason = name[len(_SAMPLED_STALL):]
+        for i in range(count):
+            value = metric.as_double(i)
+            if value == 0:
+                continue
+            if not (math.isfinite(value) and value > 0 and value == int(value)):
+                raise TraceFormatError(path, f"{name} holds {value!r} samples at one address",
+                                       "the report is damaged; export it again")
+            rows.append((addresses.as_uint64(i), reason, int(value)))
+    return rows
+
+
+def _source_samples(path: Path, action: Any, kid: int, out: dict[str, list[Any]], sass: dict[int, str | None] | None,
+                    ) -> None:
+    """Append one launch's stall samples per SASS address and reason to ``out`` (the ``source_samples`` columns),
+    with the address's SASS (``sass``, read by the probe child; None: read it here) and, where the report maps the
+    address, its source file and line, and that line's text where ncu imported the file."""
+    rows = _sampled(path, action)
+    if not rows:
+        return
+    texts: dict[str, str] | None = None  # file name -> its text ("" where ncu did not import it), read once
+    split: dict[str, list[str]] = {}
+    where: dict[int, tuple[str | None, str | None, int | None, str | None]] = {}
+    for address in dict.fromkeys(row[0] for row in rows):
+        if sass is None:
+            instruction = action.sass_by_pc(address).strip()
+            instruction = instruction if instruction and instruction != _NO_SASS else None
+        else:
+            instruction = sass.get(address)
+        info = action.source_info(address)
+        file = (info.file_name() or None) if info is not None else None
+        line = info.line() if file is not None else None
+        text = None
+        if file is not None and texts is None:
+            texts = dict(action.source_files().items())
+        if file is not None and texts and texts.get(file) and line is not None:
+            # split on "\n" only: splitlines also breaks at form feeds and other separators, shifting line numbers.
+            lines = split.setdefault(file, texts[file].split("\n"))
+            if 0 < line <= len(lines):
+                text = lines[line - 1].strip() or None
+        where[address] = (instruction, file, line, text)
+    for address, reason, samples in rows:
+        instruction, file, line, text = where[address]
+        for column, value in (("kernel_id", kid), ("address", address), ("reason", reason), ("samples", samples),
+                              ("sass", instruction), ("file", file), ("line", line), ("text", text)):
+            out[column].append(value)

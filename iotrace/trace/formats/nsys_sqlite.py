@@ -8,6 +8,14 @@ are read through ``iotrace/data/trace_fields.toml`` (section ``nsys``).
 
 Kernels are joined to NVTX push/pop ranges through the runtime API call that launched them
 (``CUPTI_ACTIVITY_KIND_RUNTIME.correlationId`` = kernel ``correlationId``, on the call's ``globalTid``).
+
+CUDA graphs: traced with ``--cuda-graph-trace=node`` each kernel a graph ran is a kernel row whose
+``correlationId`` is that of the ``cudaGraphLaunch``/``cuGraphLaunch`` call that ran it (its ``graph_launch_id``),
+with ``graphNodeId`` (every corpus schema, 2022.2 on) and ``graphId`` (newer schemas: Nsight Systems Analysis
+Guide, "SQLite Schema Reference") where the export has those columns; CUPTI writes 0 there for a kernel no graph
+ran (CUPTI API reference, ``CUpti_ActivityKernel`` ``graphNodeId``/``graphId``), read as missing. Traced with
+``--cuda-graph-trace=graph`` (nsys's default) a graph is one ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` row and its
+kernels are not in the kernel table; a note says so.
 """
 
 from __future__ import annotations
@@ -24,9 +32,12 @@ from iotrace.trace.devices import with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
-from iotrace.trace.formats._common import join_frames
+from iotrace.trace.formats._common import is_graph_launch, join_frames
 from iotrace.trace.parser import Head
 from iotrace.trace.tables import TraceTables, build
+
+#: Graph columns of CUPTI_ACTIVITY_KIND_KERNEL, read where the schema has them (see the module docstring).
+_GRAPH_COLUMNS = {"graphNodeId": "graph_node_id", "graphId": "graph_id"}
 
 
 class NsysSqliteParser(_sniff.NsysSqlite):
@@ -76,10 +87,11 @@ def read_database(db: sqlite3.Connection, path: Path) -> TraceTables:
             raise TraceFormatError(path, "is an SQLite database but not an Nsight Systems export (no StringIds, "
                                          "no CUPTI_ACTIVITY_KIND_KERNEL)", "export with nsys export --type sqlite")
         meta["notes"].append("no CUDA kernels were captured (no CUPTI_ACTIVITY_KIND_KERNEL table)")
-    strings = _strings(db) if "StringIds" in tables else {}
+    strings = _strings(db, path) if "StringIds" in tables else {}
     kernels = _kernels(db, tables, spec, strings, path)
     ranges, calls = _ranges(db, tables, spec, strings)
     kernels, ranges = join_frames(kernels, ranges, calls)
+    _note_whole_graphs(db, tables, meta["notes"])
     devices = with_cards(_devices(db, tables, spec), notes=meta["notes"])
     return build(path, kernels=kernels, ranges=ranges, devices=devices, transfers=_transfers(db, tables, strings),
                  meta=meta)
@@ -98,8 +110,12 @@ def _meta(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any]) -> dic
             "notes": []}
 
 
-def _strings(db: sqlite3.Connection) -> pd.Series:
+def _strings(db: sqlite3.Connection, path: Path) -> pd.Series:
     frame = pd.read_sql_query("SELECT id, value FROM StringIds", db)
+    repeated = frame["id"][frame["id"].duplicated()]
+    if len(repeated):  # nsys writes each id once (its primary key); a repeat means the file was altered
+        raise TraceFormatError(path, f"StringIds holds id {repeated.iloc[0]} more than once",
+                               "the export is damaged; export it again with nsys export --type sqlite")
     return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
 
 
@@ -121,9 +137,11 @@ def _kernels(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any], str
     if missing:
         raise TraceFormatError(path, f"CUPTI_ACTIVITY_KIND_KERNEL lacks columns {sorted(missing)}",
                                "the export is damaged or of an unknown schema")
-    select = ", ".join(f'"{raw}"' for raw in [*mapping, *refs])
+    graph = {raw: col for raw, col in _GRAPH_COLUMNS.items() if raw in have}
+    select = ", ".join([*(f'"{raw}"' for raw in [*mapping, *refs]),
+                        *(f'NULLIF("{raw}", 0) AS "{raw}"' for raw in graph)])
     raw = pd.read_sql_query(f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start", db)
-    kernels = raw.rename(columns=mapping)
+    kernels = raw.rename(columns={**mapping, **graph})
     for raw_name, column in refs.items():
         kernels[column] = _lookup(strings, raw[raw_name])
     if kernels["name"].isna().any():
@@ -164,10 +182,33 @@ def _ranges(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any],
         # globalTid packs pid and tid (Nsight Systems User Guide: GlobalId = ... pid << 24 | tid): keep both.
         tid = pd.to_numeric(events["globalTid"], errors="coerce")
         ranges["process"] = (tid // (1 << 24)) % (1 << 24)
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and len(_columns(db, "CUPTI_ACTIVITY_KIND_RUNTIME")):
-        calls = pd.read_sql_query("SELECT correlationId AS correlation_id, globalTid AS thread, start AS time_ns "
-                                  "FROM CUPTI_ACTIVITY_KIND_RUNTIME", db)
+    have = _columns(db, "CUPTI_ACTIVITY_KIND_RUNTIME") if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables else set()
+    if have:
+        end = "end" if "end" in have else "NULL"
+        name = "nameId" if "nameId" in have else "NULL"
+        calls = pd.read_sql_query(f"SELECT correlationId AS correlation_id, globalTid AS thread, start AS time_ns, "
+                                  f"{end} AS end_ns, {name} AS name_id FROM CUPTI_ACTIVITY_KIND_RUNTIME", db)
+        calls["graph"] = calls["name_id"].isin(_graph_launch_names(strings, calls["name_id"]))
+        calls = calls.drop(columns=["name_id"])
     return ranges, calls
+
+
+def _graph_launch_names(strings: pd.Series, name_ids: pd.Series) -> list[Any]:
+    """The StringIds ids, among ``name_ids``, that name a CUDA graph launch call (each distinct id looked up once)."""
+    ids = pd.unique(name_ids.dropna())
+    names = _lookup(strings, pd.Series(ids, dtype="object"))
+    return [i for i, n in zip(ids, names, strict=True) if isinstance(n, str) and is_graph_launch(n)]
+
+
+def _note_whole_graphs(db: sqlite3.Connection, tables: set[str], notes: list[str]) -> None:
+    """Say so where graphs were traced whole (``--cuda-graph-trace=graph``): their kernels are not kernel rows."""
+    if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" not in tables:
+        return
+    (whole,) = db.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE").fetchone()
+    if whole:
+        launches = "1 CUDA graph launch was" if whole == 1 else f"{whole} CUDA graph launches were"
+        notes.append(f"{launches} traced whole (nsys --cuda-graph-trace=graph): the kernels they ran are not in the "
+                     "kernel table; profile with --cuda-graph-trace=node to see them")
 
 
 def _devices(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any]) -> list[dict[str, Any]]:

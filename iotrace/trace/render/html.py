@@ -12,6 +12,9 @@ from functools import cache
 from iotrace.trace.info import counts_text
 from iotrace.trace.render.figures import figures
 from iotrace.trace.render.fmt import bytes_, duration, num, pct
+from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
+from iotrace.trace.render.range_table import cells as range_cells
+from iotrace.trace.render.range_table import legend as range_legend
 from iotrace.trace.reports.records import Finding
 from iotrace.trace.reports.report import Report
 from iotrace.trace.reports.stall_reasons import reason
@@ -63,7 +66,8 @@ def _findings(findings: list[Finding]) -> str:
 
 
 def _kernel_table(report: Report) -> str:
-    rows = [_row(["kernel", "grid", "block", "regs", "shared memory/block", "time", "theoretical (iotrace / file)",
+    rows = [_row(["kernel", "grid", "block", "regs", "shared memory/block", "time", "launches",
+                  "theoretical (iotrace / file)",
                   "achieved", "limiter", "top stall", "bound"], header=True)]
     for k in report.kernels:
         occ = k.occupancy
@@ -74,7 +78,7 @@ def _kernel_table(report: Report) -> str:
             e(f"#{k.kernel_id} {k.name}"), e("×".join("?" if v is None else str(v) for v in k.grid)),
             e("×".join("?" if v is None else str(v) for v in k.block)), e(k.registers if k.registers is not None
                                                                           else "—"),
-            e(k.smem_text()), e(duration(k.duration_ns)),
+            e(k.smem_text()), e(duration(k.duration_ns)), e(k.launches_text()),
             e(f"{pct(None if occ is None else occ.theoretical_pct)} / "
               f"{pct(None if occ is None else occ.theoretical_pct_file)}"),
             e(pct(None if occ is None else occ.achieved_pct)), e(", ".join(occ.limiters) if occ else "—"), e(stall),
@@ -109,9 +113,42 @@ def _details(report: Report, limit: int = 10) -> str:
     return "\n".join(parts)
 
 
+def _source_lines(report: Report, limit: int = 10) -> list[str]:
+    """Per launch (the first ``limit`` rows), its top source lines or SASS addresses by stall samples."""
+    detailed = {k.kernel_id for k in report.kernels[:limit]}
+    parts = []
+    for k in report.source_lines:
+        if k.kernel_id not in detailed:
+            continue
+        rows = [_row(["where", "samples", "share", "top reason", "of it", "SASS", "source"], header=True)]
+        rows += [_row([e(line.location), e(f"{line.samples:,}"), e(pct(line.share * 100, 0)),
+                       e(reason(line.reason).label), e(pct(line.reason_share * 100, 0)), e(line.sass or "—"),
+                       e(line.text or "—")]) for line in k.lines]
+        parts += [f"<h3>#{e(k.kernel_id)} {e(k.kernel)}: {e(k.title())}</h3>", "<table>" + "".join(rows) + "</table>"]
+        if k.advice:
+            parts.append(f'<p class="dim">{e(k.advice)}</p>')
+    return ["<h2>Stall samples by source line (measured, PC sampling)</h2>", *parts] if parts else []
+
+
 def _page(title: str, body: str) -> str:
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
             f"<style>{_STYLE}</style>\n<script>{_plotly_js()}</script></head>\n<body>\n{body}\n</body></html>\n")
+
+
+def _range_rooflines(report: Report) -> list[str]:
+    """The per-range roofline section (reports/range_roofline.py), each range's path on hover; nothing for a trace
+    without ranges."""
+    ranges = report.range_rooflines
+    if ranges is None:
+        return []
+    rows = []
+    for row in ranges.table.to_dict("records"):
+        first, *rest = range_cells(row)
+        path = row["path"] if isinstance(row["path"], str) else first
+        rows.append(_row([f'<span title="{e(path)}">{e(first)}</span>', *(e(c) for c in rest)]))
+    return [f"<h2>{e(ranges.title())}</h2>",
+            "<table>" + _row([e(h) for h in RANGE_HEADERS], header=True) + "".join(rows) + "</table>",
+            '<ul class="dim">' + "".join(f"<li>{e(line)}</li>" for line in range_legend(ranges)) + "</ul>"]
 
 
 #: The op-roofline table's columns, in the HTML and Markdown reports.
@@ -130,6 +167,18 @@ def report_html(report: Report) -> str:
         body.append(f'<div class="figure" id="{e(name)}">'
                     + fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{n}",
                                   config={"displaylogo": False, "responsive": True}) + "</div>")
+    graphs = report.timeline.graph_launches if report.timeline is not None else None
+    if graphs is not None:  # the timeline's CUDA graph launches (reports/timeline.py, GraphLaunches)
+        rows = [("graph launches", str(graphs.launches)),
+                ("distinct graphs", "—" if graphs.graphs is None else str(graphs.graphs)),
+                ("kernels they ran", str(graphs.kernels)), ("GPU time of those kernels", duration(graphs.kernel_ns)),
+                ("share of kernel time", "—" if graphs.kernel_share is None else pct(graphs.kernel_share * 100)),
+                ("CPU time of the graph launch calls", duration(graphs.launch_cpu_ns)),
+                ("… per kernel they ran", duration(graphs.cpu_ns_per_kernel)),
+                ("CPU time per ordinary launch call", duration(graphs.direct_cpu_ns_per_kernel)),
+                ("graph launch call → first kernel (median)", duration(graphs.first_kernel_latency_ns))]
+        body += ["<h2>CUDA graph launches (measured)</h2>",
+                 "<table>" + "".join(_row([e(a), e(b)], name_first=False) for a, b in rows) + "</table>"]
     if not report.ops.empty:
         body += ["<h2>Op rooflines (from input shapes; FLOPs and bytes from the plugins' cost models)</h2>",
                  "<table>" + _row([e(h) for h in OP_HEADERS], header=True) + "".join(
@@ -138,6 +187,8 @@ def report_html(report: Report) -> str:
                            e(pct(r["pct_of_attainable"])), e(r["bound"] or "—")])
                      for r in report.ops.to_dict("records")) + "</table>",
                  "<ul>" + "".join(f"<li>{e(f)}</li>" for f in dict.fromkeys(report.ops["formula"])) + "</ul>"]
+    body += _range_rooflines(report)
+    body += _source_lines(report)
     body += ["<h2>Findings</h2>", _findings(report.findings) or "<p>none</p>"]
     if report.unavailable:
         body.append("<h2>Not available</h2><ul>" + "".join(

@@ -7,9 +7,12 @@ from pathlib import Path
 
 from iotrace.trace.info import counts_text, smem_text
 from iotrace.trace.render.fmt import bytes_, duration, num, pct, short
+from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
+from iotrace.trace.render.range_table import cells as range_cells
+from iotrace.trace.render.range_table import legend as range_legend
 from iotrace.trace.reports.diff import TRAFFIC, Diff
 from iotrace.trace.reports.records import Finding
-from iotrace.trace.reports.report import KernelReport, Report
+from iotrace.trace.reports.report import Report
 from iotrace.trace.reports.stall_reasons import reason
 from iotrace.trace.reports.stalls import primary
 
@@ -44,12 +47,32 @@ def _findings(findings: list[Finding]) -> list[str]:
     return [*out, ""]
 
 
-def _smem(k: KernelReport) -> str:
-    """Shared memory per block in a table cell: the total, with its range where the launches differ."""
-    span = k.smem_bytes_range
-    if span is not None and span["min"] != span["max"]:
-        return smem_text(span["min"], span["max"])
-    return smem_text(k.smem_bytes)
+def _range_rooflines(report: Report) -> list[str]:
+    """The per-range roofline section (reports/range_roofline.py); nothing for a trace without ranges."""
+    ranges = report.range_rooflines
+    if ranges is None:
+        return []
+    rows = [[md(cell, 80) for cell in range_cells(row)] for row in ranges.table.to_dict("records")]
+    return [f"## {md(ranges.title())}", "", *_table(list(RANGE_HEADERS), rows),
+            *[f"- {md(line)}" for line in range_legend(ranges)], ""]
+
+
+def _source_lines(report: Report, details: int) -> list[str]:
+    """Per launch shown in detail, its top source lines (or SASS addresses) by stall samples; nothing without them."""
+    detailed = {k.kernel_id for k in report.kernels[:details]}
+    shown = [k for k in report.source_lines if k.kernel_id in detailed]
+    if not shown:
+        return []
+    lines = ["## Stall samples by source line (measured, PC sampling)", ""]
+    for k in shown:
+        lines += [f"**#{k.kernel_id} {md(k.kernel, 100)}**: {md(k.title())}", ""]
+        lines += _table(["where", "samples", "share", "top reason", "of it", "SASS", "source"],
+                        [[md(line.location), f"{line.samples:,}", pct(line.share * 100, 0),
+                          md(reason(line.reason).label), pct(line.reason_share * 100, 0), md(line.sass or "—", 60),
+                          md(line.text or "—", 80)] for line in k.lines])
+        if k.advice:
+            lines += [f"*{md(k.advice)}*", ""]
+    return lines
 
 
 def report_markdown(report: Report, details: int = 5, images: dict[str, str] | None = None) -> str:
@@ -64,14 +87,15 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
         stall = next((f"{reason(r).label} {s * 100:.0f}%" for r, s in k.stall_shares().items()
                       if not reason(r).not_a_stall), "—")
         roof = k.roofline
-        rows.append([md(f"#{k.kernel_id} {k.name}", 70), md(_smem(k)), duration(k.duration_ns),
+        rows.append([md(f"#{k.kernel_id} {k.name}", 70), md(smem_text(k.smem_bytes)), duration(k.duration_ns),
+                     str(k.launches) if k.profiled else f"{k.launches} (not profiled)",
                      pct(None if occ is None else occ.theoretical_pct), pct(None if occ is None else
                                                                              occ.theoretical_pct_file),
                      pct(None if occ is None else occ.achieved_pct), md(", ".join(occ.limiters) if occ else "—"),
                      md(stall), md("—" if roof is None or roof.bound is None else f"{roof.bound} ({roof.basis})")])
     lines += [f"## {md(report.kernels_title())}", ""]
-    lines += _table(["kernel", "smem/block", "time", "theoretical (iotrace)", "theoretical (file)", "achieved",
-                     "limiter", "top stall", "bound"], rows)
+    lines += _table(["kernel", "smem/block", "time", "launches", "theoretical (iotrace)", "theoretical (file)",
+                     "achieved", "limiter", "top stall", "bound"], rows)
     for name, path in (images or {}).items():
         lines += [f"![{md(name)}]({Path(path).name})", ""]
     for k in report.kernels[:details]:
@@ -99,6 +123,19 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
                          for r in line.top_kernels.to_dict("records")])
         for r in line.idle.to_dict("records"):
             lines += [f"GPU {r['device']}: idle {pct(r['idle_share'] * 100)} of {duration(r['span_ns'])}.", ""]
+        graphs = line.graph_launches
+        if graphs is not None:
+            lines += ["### CUDA graph launches", ""]
+            lines += _table(["quantity", "value"], [
+                ["graph launches", str(graphs.launches)],
+                ["distinct graphs", "—" if graphs.graphs is None else str(graphs.graphs)],
+                ["kernels they ran", str(graphs.kernels)],
+                ["GPU time of those kernels", duration(graphs.kernel_ns)],
+                ["share of kernel time", "—" if graphs.kernel_share is None else pct(graphs.kernel_share * 100)],
+                ["CPU time of the graph launch calls", duration(graphs.launch_cpu_ns)],
+                ["… per kernel they ran", duration(graphs.cpu_ns_per_kernel)],
+                ["CPU time per ordinary launch call", duration(graphs.direct_cpu_ns_per_kernel)],
+                ["graph launch call → first kernel (median)", duration(graphs.first_kernel_latency_ns)]])
     if not report.ops.empty:
         lines += ["## Op rooflines (from input shapes; the plugins' cost models)", ""]
         lines += _table(["op", "shapes", "dtype", "calls", "kernel time", "FLOP/byte", "achieved", "% of attainable",
@@ -107,6 +144,8 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
                           num(r["intensity"]), f"{num(r['achieved_flop_per_s'])}FLOP/s", pct(r["pct_of_attainable"]),
                           r["bound"] or "—"] for r in report.ops.to_dict("records")])
         lines += [f"- {md(f)}" for f in dict.fromkeys(report.ops["formula"])] + [""]
+    lines += _range_rooflines(report)
+    lines += _source_lines(report, details)
     lines += ["## Findings", "", *_findings(report.findings)]
     if report.unavailable:
         lines += ["## Not available", ""] + [f"- {md(u['line'])}" for u in report.unavailable] + [""]

@@ -19,6 +19,10 @@ from rich.text import Text
 from iotrace.render.console import RULE_WIDTH, is_natural
 from iotrace.trace.info import counts_text
 from iotrace.trace.render.fmt import bytes_, duration, num, pct, short
+from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
+from iotrace.trace.render.range_table import TERMINAL as RANGE_TERMINAL
+from iotrace.trace.render.range_table import cells as range_cells
+from iotrace.trace.render.range_table import legend as range_legend
 from iotrace.trace.reports.diff import TRAFFIC, Diff
 from iotrace.trace.reports.records import Finding
 from iotrace.trace.reports.report import KernelReport, Report
@@ -73,10 +77,14 @@ def _summary(console: Console, report: Report) -> None:
     table = _table(report.kernels_title())
     _column(console, table, "# kernel", ratio=1, overflow="ellipsis", no_wrap=True, min_width=16, max_width=30)
     # Widths that fit 100 columns with the kernel name taking what is left.
-    for col, width in (("time", 8), ("occ th/ach", 10), ("limiter", 9), ("top stall", 19), ("bound", 7)):
-        _column(console, table, col, justify="right" if col in ("time", "occ th/ach") else "left", no_wrap=True,
-                min_width=width, max_width=width + 3, overflow="ellipsis")
+    for col, width in (("time", 8), ("n", 4), ("occ th/ach", 10), ("limiter", 9), ("top stall", 19), ("bound", 7)):
+        _column(console, table, col, justify="right" if col in ("time", "n", "occ th/ach") else "left",
+                no_wrap=True, min_width=width, max_width=width + 3, overflow="ellipsis")
     for k in report.kernels:
+        if not k.profiled:
+            table.add_row(escape(f"{k.kernel_id} {_name(console, k.name, 60)}"), "—", str(k.launches),
+                          "not profiled", "—", "—", "—")
+            continue
         occ = k.occupancy
         shares = k.stall_shares()
         stall = next((f"{reason(r).label} {s * 100:.0f}%" for r, s in shares.items() if not reason(r).not_a_stall),
@@ -87,7 +95,8 @@ def _summary(console: Console, report: Report) -> None:
             bound += " (modelled)"
         theo = pct(None if occ is None else occ.theoretical_pct, 0)
         ach = pct(None if occ is None else occ.achieved_pct, 0)
-        table.add_row(escape(f"{k.kernel_id} {_name(console, k.name, 60)}"), duration(k.duration_ns), f"{theo}/{ach}",
+        table.add_row(escape(f"{k.kernel_id} {_name(console, k.name, 60)}"), duration(k.duration_ns), str(k.launches),
+                      f"{theo}/{ach}",
                       escape(", ".join(occ.limiters) if occ is not None and occ.limiters else "—"),
                       escape(stall), bound)
     console.print(table)
@@ -99,7 +108,7 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
     grid = "×".join("?" if v is None else str(v) for v in k.grid)
     block = "×".join("?" if v is None else str(v) for v in k.block)
     console.print(f"  grid {grid}, block {block}, {k.registers if k.registers is not None else '?'} registers/thread, "
-                  f"shared memory/block {k.smem_text()}, {duration(k.duration_ns)} per launch, {k.launches} launch(es)"
+                  f"shared memory/block {k.smem_text()}, {duration(k.duration_ns)} per launch, {k.launches_text()}"
                   + (f", iotrace plugin {escape(k.plugin)}" if k.plugin else ""))
     ranked = primary(k.stalls, k.kernel_id)
     if len(ranked):
@@ -120,7 +129,7 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
                           escape(info.meaning))
         console.print(table)
     roof = k.roofline
-    if roof is not None:
+    if roof is not None and roof.levels:
         table = _table(f"Roofline ({roof.basis}; FLOPs {num(roof.flops)}, {roof.precision or '—'}; peak "
                        f"{num(roof.peak_flop_per_s)}FLOP/s from {escape(_name(console, roof.peak_source, 60))})")
         for col in ("level", "bytes", "FLOP/byte", "ceiling", "ceiling from"):
@@ -131,6 +140,7 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
                           "—" if lv.ceiling_bytes_per_s is None else f"{num(lv.ceiling_bytes_per_s)}B/s",
                           escape(lv.ceiling_source))
         console.print(table)
+    if roof is not None:
         if roof.bound_basis == "speed of light":
             console.print(f"  bound: [bold]{roof.bound}[/] ({roof.basis}, speed of light: SM "
                           f"{pct(roof.sol['sm_throughput_pct'])}, memory {pct(roof.sol['memory_throughput_pct'])} "
@@ -217,6 +227,18 @@ def _timeline(console: Console, report: Report) -> None:
         lat = line.launch_latency
         console.print(f"  launch latency (API call → kernel start): median {duration(lat['median'])}, p90 "
                       f"{duration(lat['p90'])}, max {duration(lat['max'])} over {lat['count']} launches")
+    graphs = line.graph_launches
+    if graphs is not None:
+        of = "" if graphs.graphs is None else f" of {graphs.graphs} graph{'s' * (graphs.graphs != 1)}"
+        share = "" if graphs.kernel_share is None else f", {pct(graphs.kernel_share * 100)} of kernel time"
+        console.print(f"  CUDA graphs: {graphs.launches} launches{of} ran {graphs.kernels} kernels "
+                      f"({duration(graphs.kernel_ns)}{share}); first kernel {duration(graphs.first_kernel_latency_ns)}"
+                      " after its graph launch call (median)")
+        if graphs.launch_cpu_ns is not None:
+            direct = "" if graphs.direct_cpu_ns_per_kernel is None else \
+                f" vs {duration(graphs.direct_cpu_ns_per_kernel)} per ordinary launch call"
+            console.print(f"  graph launch calls: {duration(graphs.launch_cpu_ns)} of CPU time, "
+                          f"{duration(graphs.cpu_ns_per_kernel)} per kernel they ran{direct}")
 
 
 def _ops(console: Console, report: Report, top: int = 10) -> None:
@@ -243,6 +265,55 @@ def _ops(console: Console, report: Report, top: int = 10) -> None:
         console.print(f"  [dim]{len(ops) - top} more op shapes: --format json has every one[/]")
 
 
+def _range_rooflines(console: Console, report: Report) -> None:
+    """Per-range rooflines: kernel time, FLOPs, bytes, % of attainable and occupancy per NVTX/annotation range."""
+    ranges = report.range_rooflines
+    if ranges is None:
+        return
+    console.print()
+    table = _table(escape(ranges.title()))
+    keep = [RANGE_HEADERS.index(col) for col in RANGE_TERMINAL]
+    rows = [[range_cells(row)[i] for i in keep] for row in ranges.table.to_dict("records")]
+    # Each number column as wide as its widest cell; the name gets what they leave of the terminal (each also takes
+    # two cells of padding and one of the box's column divider), and at natural width no cap.
+    widths = [max([Text(header).cell_len, width, *(Text(r[i]).cell_len for r in rows)])
+              for i, (header, width) in enumerate(RANGE_TERMINAL.values())]
+    for i, (col, (header, _)) in enumerate(RANGE_TERMINAL.items()):
+        _column(console, table, header, justify="left" if col == "range" else "right", no_wrap=True,
+                overflow="ellipsis", min_width=widths[i] if i else 12,
+                max_width=max(12, console.width - sum(w + 3 for w in widths[1:])) if i == 0 else None)
+    for first, *rest in rows:
+        table.add_row(escape(_name(console, first, 60)), *rest)
+    console.print(table)
+    console.print("  [dim]share, FLOPs, bytes, B/s and their coverage per range: --format json, md or html[/]")
+    for line in range_legend(ranges):
+        console.print(f"  [dim]{escape(line)}[/]")
+
+
+def _source_lines(console: Console, report: Report, detailed: set[int]) -> None:
+    """Per launch shown in detail, its top source lines (or SASS addresses) by stall samples and their top reason."""
+    natural = is_natural(console)
+    for k in report.source_lines:
+        if k.kernel_id not in detailed:
+            continue
+        console.print()
+        table = _table(f"#{k.kernel_id} {escape(_name(console, k.kernel, 40))}: {escape(k.title())}")
+        # Fixed widths that fit 100 columns; a long file name loses its start, never the line number.
+        for col, low, high in (("where", 14, 22), ("samples", 7, 9), ("share", 5, 5), ("top reason", 16, 16),
+                               ("of it", 5, 5), ("instruction / source", 12, 30)):
+            _column(console, table, col, justify="right" if col in ("samples", "share", "of it") else "left",
+                    no_wrap=True, overflow="ellipsis", min_width=low, max_width=high)
+        for line in k.lines:
+            where = line.location
+            if not natural and len(where) > 22:
+                where = "…" + where[-21:]
+            table.add_row(escape(where), f"{line.samples:,}", pct(line.share * 100, 0),
+                          escape(reason(line.reason).label), pct(line.reason_share * 100, 0),
+                          escape(_name(console, line.text or line.sass or "—", 30)))
+        console.print(table)
+        if k.advice:
+            console.print(f"  [dim]{escape(k.advice)}[/]")
+
 def print_report(console: Console, report: Report, details: int = DETAILS) -> None:
     """The whole report: header, kernel summary, the top kernels in detail, timeline, findings, what is missing."""
     _header(console, report)
@@ -259,6 +330,8 @@ def print_report(console: Console, report: Report, details: int = DETAILS) -> No
                       "--format json details every one in the table[/]")
     _timeline(console, report)
     _ops(console, report)
+    _range_rooflines(console, report)
+    _source_lines(console, report, {k.kernel_id for k in report.kernels[:details]})
     _findings(console, report.findings, {k.kernel_id for k in report.kernels[:details]})
     if report.unavailable:
         console.print()

@@ -81,8 +81,13 @@ def _per_name(report: Report) -> pd.DataFrame:
     if frame.empty:
         return frame
     numeric = [c for c in frame.columns if c not in ("name", "kernel_id", "launches")]
+    # A row stands for its launches (identical launches, or one launch configuration): the per-name figure is the
+    # mean over launches, each value weighted by its row's launches where it is known.
+    values = frame[numeric].astype(float)
+    weights = values.notna().mul(frame["launches"].clip(lower=1), axis=0)
     grouped = frame.groupby("name", sort=False)
-    out = grouped[numeric].mean()
+    out = (values.fillna(0.0) * weights).groupby(frame["name"], sort=False).sum() / weights.groupby(
+        frame["name"], sort=False).sum().replace(0, float("nan"))
     out["launches"] = grouped["launches"].sum()
     out["kernel_id"] = grouped["kernel_id"].first()
     return out.reset_index()

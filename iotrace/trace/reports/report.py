@@ -16,12 +16,15 @@ import pandas as pd
 from iotrace.cards import Card
 from iotrace.errors import InvalidValueError
 from iotrace.trace.info import smem_columns, smem_text
+from iotrace.trace.reports.launch_groups import config_findings, group_launches, group_metrics, unprofiled
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.occupancy import OccupancyRow, occupancy_findings, occupancy_row
 from iotrace.trace.reports.op_roofline import OP_COLUMNS, op_rooflines
 from iotrace.trace.reports.plugin_costs import PluginMatch, match_plugins
-from iotrace.trace.reports.records import Finding, Unavailable
+from iotrace.trace.reports.range_roofline import RangeRooflines, plugin_models_by_launch, range_rooflines
+from iotrace.trace.reports.records import Evidence, Finding, Unavailable
 from iotrace.trace.reports.roofline import RooflinePoint, roofline_findings, roofline_point
+from iotrace.trace.reports.source_lines import KernelSourceLines, source_lines
 from iotrace.trace.reports.stalls import primary, stall_findings, stall_table
 from iotrace.trace.reports.timeline import Timeline, timeline, timeline_findings
 from iotrace.trace.tables import TraceTables
@@ -34,7 +37,9 @@ CEILINGS = ("auto", "file", "card")
 
 @dataclass
 class KernelReport:
-    """Everything iotrace says about one kernel (one profiled launch, or one kernel name of a timeline)."""
+    """Everything iotrace says about one kernel row: the launches of one kernel name in one launch configuration
+    (:mod:`iotrace.trace.reports.launch_groups`) — identical profiled launches of an ncu report, or a timeline's
+    launches of that name and configuration — or one launch where launches are listed one by one."""
 
     kernel_id: int
     name: str
@@ -49,26 +54,45 @@ class KernelReport:
     roofline: RooflinePoint | None
     plugin: str | None
     findings: list[Finding] = field(default_factory=list)
-    #: Shared memory per block of the launch this record describes (None where the file lacks it); the total is
+    #: Shared memory per block of the launch configuration (None where the file lacks it); the total is
     #: static + dynamic where both are known, else the file's own total (Kineto records only that).
     static_smem_bytes: int | None = None
     dynamic_smem_bytes: int | None = None
     smem_bytes: int | None = None
-    #: {"min", "max"} of the total over every launch this record stands for (a timeline's kernel name groups
-    #: launches whose shared memory may differ); None where no launch records it.
-    smem_bytes_range: dict[str, int] | None = None
+    #: The kernel-table ids of every launch this row stands for (the first is ``kernel_id``).
+    launch_ids: list[int] = field(default_factory=list)
+    #: Launches with a duration, and {"min", "median", "max"} ns over them (None where the file aggregates launches).
+    measured_launches: int = 0
+    duration_stats: dict[str, float] | None = None
+    #: False for launches with no counter in the file (their replay failed): nothing is analysed for them.
+    profiled: bool = True
+    #: This row's place among its kernel name's launch configurations (1 of 1 when the name has one).
+    config_index: int = 1
+    configs_of_name: int = 1
 
     def smem_text(self) -> str:
         """Shared memory per block for a person: "148,992 B (0 static + 148,992 dynamic)", "87,568 B" (the file
-        records only the total), "?"; where the launches it stands for differ, their range too."""
-        if self.smem_bytes is None and self.smem_bytes_range is None:
+        records only the total), "?"."""
+        if self.smem_bytes is None:
             return "?"
         text = smem_text(self.smem_bytes)
         if self.static_smem_bytes is not None and self.dynamic_smem_bytes is not None:
             text += f" ({self.static_smem_bytes:,} static + {self.dynamic_smem_bytes:,} dynamic)"
-        span = self.smem_bytes_range
-        if span is not None and span["min"] != span["max"]:
-            text += f"; {smem_text(span['min'], span['max'])} over its launches"
+        return text
+
+    def launches_text(self) -> str:
+        """"100 launches, 1.2 µs min / 1.3 median / 1.9 max", "1 launch", or "not profiled"."""
+        if not self.profiled:
+            return f"{self.launches} launch{'es' * (self.launches != 1)}, not profiled (no counters in the file)"
+        text = f"{self.launches} launch{'es' * (self.launches != 1)}"
+        stats = self.duration_stats
+        if stats is not None and self.launches > 1:
+            text += (f", {stats['min'] / 1e3:.3g} µs min / {stats['median'] / 1e3:.3g} median / "
+                     f"{stats['max'] / 1e3:.3g} max")
+        if self.measured_launches < self.launches:
+            text += f" ({self.measured_launches} with a duration)"
+        if self.configs_of_name > 1:
+            text += f"; configuration {self.config_index} of {self.configs_of_name} of this name"
         return text
 
     def stall_shares(self) -> dict[str, float]:
@@ -83,8 +107,10 @@ class KernelReport:
             "id": self.kernel_id, "name": self.name, "grid": self.grid, "block": self.block,
             "registers": self.registers, "static_smem_bytes": self.static_smem_bytes,
             "dynamic_smem_bytes": self.dynamic_smem_bytes, "smem_bytes": self.smem_bytes,
-            "smem_bytes_range": self.smem_bytes_range, "duration_ns": self.duration_ns, "launches": self.launches,
-            "total_ns": self.total_ns, "plugin": self.plugin,
+            "duration_ns": self.duration_ns, "launches": self.launches, "measured_launches": self.measured_launches,
+            "duration_stats": self.duration_stats, "launch_ids": self.launch_ids, "total_ns": self.total_ns,
+            "profiled": self.profiled, "configuration": {"index": self.config_index, "of": self.configs_of_name},
+            "plugin": self.plugin,
             "occupancy": self.occupancy.to_dict() if self.occupancy is not None else
             {"theoretical_pct": None, "theoretical_pct_ncu": None, "achieved_pct": None, "limiters": []},
             "stalls": self.stall_shares(),
@@ -123,13 +149,23 @@ class Report:
     notes: list[str]
     tables: TraceTables = field(repr=False)
     view: MetricView = field(repr=False)
-    #: True where each kernel record is one kernel name (a timeline: its launches grouped), False where each is
-    #: one profiled launch (an ncu report, a CSV of launches).
+    #: True for a timeline (rows are a name's launches in one configuration, ordered by total time), False for
+    #: profiled launches (an ncu report, a CSV of launches: identical launches grouped, in launch order).
     grouped: bool = False
     #: Op rooflines (:func:`iotrace.trace.reports.op_roofline.op_rooflines`): empty without shaped ops in the trace.
     ops: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: How many kernel records the selection had before ``top`` cut it (``len(kernels)`` when nothing was cut).
     kernels_total: int = 0
+    #: Distinct kernel names and launches over every record of the selection (before ``top``).
+    names_total: int = 0
+    launches_total: int = 0
+    #: True where each record is one launch (``--each-launch``), not identical launches grouped.
+    each_launch: bool = False
+    #: Per-range rooflines (:func:`iotrace.trace.reports.range_roofline.range_rooflines`); None without ranges.
+    range_rooflines: RangeRooflines | None = None
+    #: Per profiled row, its top source lines by stall samples (:mod:`iotrace.trace.reports.source_lines`); empty
+    #: where the trace has no per-address samples.
+    source_lines: list[KernelSourceLines] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -137,33 +173,50 @@ class Report:
         return self.tables.counts()
 
     def kernels_title(self) -> str:
-        """What the kernel table holds, in words: "Kernels (5 profiled launches of 3 kernels)", "Kernels (10
-        kernels by total time)" — never launches called kernels — and, when ``top`` cut it, how many of how many."""
+        """What the kernel table holds, in words — "Kernels (5 profiled launches of 3 kernels)", "Kernels (1 launch
+        group: 100 profiled launches of 1 kernel, identical launches grouped)", "Kernels (12 launch configurations of
+        10 kernels by total time)" — never launches called kernels, and, when ``top`` cut it, how many of how many."""
         n, total = len(self.kernels), self.total_kernels
         limit = f"; --top {total} shows all" if total > n else ""
+        shown = f"showing {n} of {self.row_unit(total)}" if limit else self.row_unit(n)
+        names = max(self.names_total, len({k.name for k in self.kernels}))
+        of_names = f"{names} kernel{'s' * (names != 1)}"
         if self.grouped:
-            shown = f"showing {n} of {total} kernels" if limit else f"{n} kernel{'s' * (n != 1)}"
-            return f"Kernels ({shown} by total time{limit})"
-        names = len({k.name for k in self.kernels})
-        shown = f"showing {n} of {total} profiled launches" if limit else f"{n} profiled launch{'es' * (n != 1)}"
-        return f"Kernels ({shown} of {names} kernel{'s' * (names != 1)}{limit})"
+            if self._rows_are() == "kernel":
+                return f"Kernels ({shown} by total time{limit})"
+            return f"Kernels ({shown} of {of_names} by total time{limit})"
+        if self._rows_are() == "launch":
+            return f"Kernels ({shown.replace('launch', 'profiled launch')} of {of_names}{limit})"
+        launches = max(self.launches_total, sum(k.launches for k in self.kernels))
+        return (f"Kernels ({shown}: {launches} profiled launch{'es' * (launches != 1)} of {of_names}, identical "
+                f"launches grouped{limit})")
 
     @property
     def total_kernels(self) -> int:
         """Kernel records before ``top`` cut them (a report built without that count: those it holds)."""
         return max(self.kernels_total, len(self.kernels))
 
+    def _rows_are(self) -> str:
+        """What one record is: "kernel" (a timeline whose names each ran in one configuration), "launch
+        configuration", "launch" (one profiled launch each) or "launch group" (identical profiled launches)."""
+        if self.grouped:
+            return "kernel" if self.total_kernels <= max(self.names_total, 1) else "launch configuration"
+        if self.each_launch or self.launches_total <= self.total_kernels:  # one launch per record
+            return "launch"
+        return "launch group"
+
     def row_unit(self, n: int, more: bool = False) -> str:
-        """``n`` kernel records in words ("3 launches", "3 more kernels"): launches, or kernels of a timeline."""
-        word = f"kernel{'s' * (n != 1)}" if self.grouped else f"launch{'es' * (n != 1)}"
-        return f"{n} {'more ' if more else ''}{word}"
+        """``n`` kernel records in words ("3 launches", "3 more kernels", "2 launch configurations")."""
+        word = self._rows_are()
+        plural = "es" if word == "launch" else "s"
+        return f"{n} {'more ' if more else ''}{word}{plural * (n != 1)}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.meta.get("source"), "format": self.meta.get("format"), "tool": self.meta.get("tool"),
             "version": self.meta.get("version"), "card": None if self.card is None else self.card.key,
-            "card_source": self.card_source, "counts": self.counts, "kernels_are": "names" if self.grouped else
-            "launches", "kernels_shown": len(self.kernels),
+            "card_source": self.card_source, "counts": self.counts,
+            "kernels_are": _ROWS_ARE[self._rows_are()], "kernels_shown": len(self.kernels),
             "kernels_total": self.total_kernels,
             "kernels": [k.to_dict() for k in self.kernels],
             "timeline": None if self.timeline is None else self.timeline.to_dict(),
@@ -171,7 +224,14 @@ class Report:
                     for row in self.ops.to_dict("records")],
             "findings": [f.to_dict() for f in self.findings], "unavailable": self.unavailable,
             "notes": self.notes,
+            "ranges": None if self.range_rooflines is None else self.range_rooflines.to_dict(),
+            "source_lines": [lines.to_dict() for lines in self.source_lines],
         }
+
+
+#: The JSON's word for what one kernel record is (:meth:`Report._rows_are`).
+_ROWS_ARE = {"kernel": "names", "launch configuration": "launch_configurations", "launch": "launches",
+             "launch group": "launch_groups"}
 
 
 def _int(value: Any) -> int | None:
@@ -207,9 +267,9 @@ def _smem(tables: TraceTables, kernels: pd.DataFrame) -> pd.DataFrame:
     return kernels.assign(smem_bytes=pd.Series(total, index=kernels.index).astype("Int64"))
 
 
-def _select(tables: TraceTables, pattern: str | None) -> tuple[pd.DataFrame, bool]:
-    """The kernels to report: every profiled launch of an ncu report; the top names by time of a timeline (and
-    True there: each row then stands for every launch of its name)."""
+def _select(tables: TraceTables, pattern: str | None, each_launch: bool) -> tuple[pd.DataFrame, bool]:
+    """The kernel rows to report (:func:`group_launches`): an ncu report's launches in launch order, identical ones
+    grouped; a timeline's launches per name and configuration by total time (and True there)."""
     kernels = tables.kernels
     if pattern is not None:
         try:
@@ -222,26 +282,15 @@ def _select(tables: TraceTables, pattern: str | None) -> tuple[pd.DataFrame, boo
             names = ", ".join(sorted({str(n)[:40] for n in tables.kernels["name"]})[:8])
             raise InvalidValueError(f"--kernel {pattern!r} matches none of the trace's kernels",
                                     f"the kernels include: {names}")
-    kernels = _smem(tables, kernels)
-    kernels = kernels.assign(total_ns=kernels["duration_ns"], mean_ns=kernels["duration_ns"] /
-                             kernels["launches"].clip(lower=1), launches_total=kernels["launches"],
-                             smem_min=kernels["smem_bytes"], smem_max=kernels["smem_bytes"])
-    if tables.metrics.empty and kernels["start_ns"].notna().any():
-        # A timeline: one row per kernel name (its longest launch represents the launch configuration).
-        grouped = kernels.groupby("name", sort=False).agg(total_ns=("duration_ns", "sum"),
-                                                          launches_total=("launches", "sum"),
-                                                          smem_min=("smem_bytes", "min"),
-                                                          smem_max=("smem_bytes", "max"))
-        order = kernels.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("name")
-        order = order.drop(columns=["total_ns", "launches_total", "smem_min", "smem_max"]).join(grouped, on="name")
-        order["mean_ns"] = order["total_ns"] / order["launches_total"].clip(lower=1)
-        return order.sort_values("total_ns", ascending=False, kind="stable"), True
-    return kernels, False
+    timeline_rows = bool(tables.metrics.empty and kernels["start_ns"].notna().any())
+    groups = group_launches(_smem(tables, kernels), unprofiled(kernels, tables.metrics), by_time=timeline_rows,
+                            each_launch=each_launch)
+    return groups, timeline_rows
 
 
 def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card | str | None = None,
                  ceilings: str = "auto", plugin: str | None = None, shape: Mapping[str, int] | None = None,
-                 dtype: str | None = None, top: int = 50) -> Report:
+                 dtype: str | None = None, top: int = 50, each_launch: bool = False) -> Report:
     """Warp stalls, roofline, occupancy (per kernel) and the timeline of ``tables``, with findings.
 
     :param kernel: a regular expression; only kernels whose name it matches are reported.
@@ -249,7 +298,8 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     :param ceilings: ``auto``, ``file`` or ``card`` (see :data:`CEILINGS`).
     :param plugin: treat the selected kernels as this iotrace kernel plugin; with ``shape`` (and ``dtype``) its
         cost model is put beside the counters.
-    :param top: report at most this many kernels (profiled launches, or kernel names by total time).
+    :param top: report at most this many kernel rows (launch groups, launch configurations by total time).
+    :param each_launch: one row per launch instead of identical launches grouped (their counters averaged).
     :raises InvalidValueError: a bad regex, no matching kernel, or a bad option.
     """
     if ceilings not in CEILINGS:
@@ -257,11 +307,11 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     if top < 1:
         raise InvalidValueError(f"top={top} must be at least 1", "give --top 1 or more")
     resolved, card_source = _resolve_card(tables, card)
-    view = MetricView(tables.metrics)
-    every, grouped = _select(tables, kernel)
+    every, grouped = _select(tables, kernel, each_launch)
+    view = MetricView(group_metrics(tables.metrics, every))
     selected = every.head(top)
     plugins: PluginMatch = match_plugins(selected, resolved, plugin, shape, dtype)
-    ids = [int(k) for k in selected["id"]]
+    ids = [int(k) for k, profiled in zip(selected["id"], selected["profiled"], strict=True) if profiled]
     stalls, missing = stall_table(view, ids) if view else (stall_table(view, [])[0], [])
     if not view:
         missing.append(Unavailable("warp stalls", "smsp__average_warps_issue_stalled_*_per_issue_active.ratio",
@@ -272,23 +322,27 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     findings: list[Finding] = []
     for row in selected.to_dict("records"):
         kid, name = int(row["id"]), str(row["name"])
-        series = pd.Series(row)
-        occ, occ_missing = occupancy_row(series, view, _device_cc(tables, row["device"], resolved))
         duration = row["mean_ns"] if pd.notna(row["mean_ns"]) else None
-        point, roof_missing = roofline_point(view, kid, name, duration, resolved, ceilings, plugins.models.get(kid))
-        missing += occ_missing + roof_missing
-        mine = stalls[stalls["kernel_id"] == kid]
-        kernel_findings = (stall_findings(stalls, view, kid, name, plugins.params_of(kid))
-                           + ([] if point is None else roofline_findings(point)) + occupancy_findings(occ))
+        occ, point, kernel_findings = None, None, []
+        if row["profiled"]:
+            occ, occ_missing = occupancy_row(pd.Series(row), view, _device_cc(tables, row["device"], resolved))
+            point, roof_missing = roofline_point(view, kid, name, duration, resolved, ceilings,
+                                                 plugins.models.get(kid))
+            missing += occ_missing + roof_missing
+            kernel_findings = (stall_findings(stalls, view, kid, name, plugins.params_of(kid))
+                               + ([] if point is None else roofline_findings(point)) + occupancy_findings(occ))
         findings += kernel_findings
+        stats = None if pd.isna(row["median_ns"]) else {s: float(row[f"{s}_ns"]) for s in ("min", "median", "max")}
         kernels.append(KernelReport(kid, name, [_int(row[f"grid_{a}"]) for a in "xyz"],
                                     [_int(row[f"block_{a}"]) for a in "xyz"], _int(row["registers_per_thread"]),
                                     duration, int(row["launches_total"]),
-                                    row["total_ns"] if pd.notna(row["total_ns"]) else None, occ, mine, point,
-                                    plugins.plugin_of.get(kid), kernel_findings, _int(row["static_smem_bytes"]),
-                                    _int(row["dynamic_smem_bytes"]), _int(row["smem_bytes"]),
-                                    None if _int(row["smem_min"]) is None else
-                                    {"min": _int(row["smem_min"]), "max": _int(row["smem_max"])}))
+                                    row["total_ns"] if pd.notna(row["total_ns"]) else None, occ,
+                                    stalls[stalls["kernel_id"] == kid], point, plugins.plugin_of.get(kid),
+                                    kernel_findings, _int(row["static_smem_bytes"]), _int(row["dynamic_smem_bytes"]),
+                                    _int(row["smem_bytes"]), list(row["launch_ids"]), int(row["measured"]), stats,
+                                    bool(row["profiled"]), int(row["config_index"]), int(row["configs_of_name"])))
+        if occ is None:
+            continue
         occ_rows.append({"kernel_id": kid, "kernel": name, **{k: v for k, v in occ.to_dict().items()
                                                                 if k not in ("limits",)}})
         if point is not None:
@@ -302,18 +356,57 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         line = timeline(tables)
         missing += line.unavailable
         findings += timeline_findings(line)
+    findings += config_findings(every) + _unprofiled_findings(every, tables.meta)
     notes = list(tables.meta.get("notes", [])) + plugins.notes
     if line is None and tables.meta.get("format") in ("ncu-rep", "ncu-csv"):
         notes.append("timeline: not applicable to an Nsight Compute report (it replays kernels one at a time); "
                      "use an nsys or torch.profiler trace")
+    hot_lines, lines_missing = source_lines(tables, view, [(k.kernel_id, k.name, k.launch_ids) for k in kernels
+                                                           if k.profiled])
+    missing += lines_missing
     ops = op_rooflines(tables, resolved) if tables.rows("ops") else pd.DataFrame(columns=OP_COLUMNS)
     return Report(tables.meta, resolved, card_source, kernels, stalls, pd.DataFrame(occ_rows),
-                  pd.DataFrame(roof_rows), line, findings, _dedupe(missing), notes, tables, view, grouped, ops,
-                  len(every))
+                  pd.DataFrame(roof_rows), line, findings, _dedupe(missing, tables.meta), notes, tables, view,
+                  grouped, ops, len(every), int(every["name"].nunique()), int(every["launches_total"].sum()),
+                  each_launch, range_rooflines=_range_rooflines(tables, resolved, ceilings, top, every, plugins,
+                                                                (plugin, shape, dtype)), source_lines=hot_lines)
 
 
-def _dedupe(missing: list[Unavailable]) -> list[dict[str, Any]]:
-    """One line per missing metric, with how many kernels it affects."""
+def _range_rooflines(tables: TraceTables, card: Card | None, ceilings: str, top: int, every: pd.DataFrame,
+                     plugins: PluginMatch, asked: tuple[Any, Any, Any]) -> RangeRooflines | None:
+    """The per-range table; a plugin's cost model reaches every launch of the selection, not only the top rows."""
+    plugin, shape, dtype = asked
+    if shape is not None and len(every) > top:
+        plugins = match_plugins(every, card, plugin, shape, dtype)
+    return range_rooflines(tables, card, ceilings=ceilings, top=top, plugin_models=plugin_models_by_launch(every,
+                                                                                                         plugins))
+
+
+def _unprofiled_findings(groups: pd.DataFrame, meta: Mapping[str, Any]) -> list[Finding]:
+    """One finding for every launch with no counters in the file: named once, with the capture's command."""
+    failed = groups[~groups["profiled"]]
+    if failed.empty:
+        return []
+    ids = [i for ids in failed["launch_ids"] for i in ids]
+    names = ", ".join(f"#{i}" for i in ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
+    kernels = "; ".join(sorted({str(n) for n in failed["name"]}))
+    command = meta.get("command")
+    ran = f"the capture ran `{command}`" if command else "the file does not store the capture's command"
+    return [Finding("profiling", f"{len(ids)} launch{'es were' if len(ids) != 1 else ' was'} not profiled (no "
+                    f"counters in the file; Nsight Compute's replay of {'them' if len(ids) != 1 else 'it'} failed): "
+                    f"{names} ({kernels}). Nothing is reported for {'them' if len(ids) != 1 else 'it'}, and no "
+                    "section is missing because of them.", (Evidence("launches without counters", len(ids)),),
+                    f"profile {'them' if len(ids) != 1 else 'it'} again ({ran}; narrow it with --kernel-name and "
+                    "--launch-skip/--launch-count, and read ncu's ==PROF== lines for why the replay failed)",
+                    kernel_id=int(failed["id"].iloc[0]), kernel=str(failed["name"].iloc[0]))]
+
+
+_SECTION = re.compile(r"--section (\w+)")
+
+
+def _dedupe(missing: list[Unavailable], meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One line per missing metric, with how many kernels it affects; where the capture did collect the section
+    named as the fix, the line says so instead of advising it again, and the capture's command is given."""
     grouped: dict[tuple[str, str], dict[str, Any]] = {}
     for item in missing:
         key = (item.report, item.metric)
@@ -321,4 +414,15 @@ def _dedupe(missing: list[Unavailable]) -> list[dict[str, Any]]:
         entry["kernels"] += 1
         if item.kernel_id is not None:
             entry["kernel_ids"].append(item.kernel_id)
+    captured = set(meta.get("sections") or ())
+    command = meta.get("command")
+    for entry in grouped.values():
+        sections = _SECTION.findall(entry["collect"])
+        if captured and sections and set(sections) <= captured:
+            entry["collected"] = True
+            entry["line"] = (f"{entry['report']} not available: needs metric {entry['metric']}, which the capture's "
+                             f"{', '.join(sections)} section did not record on this GPU and Nsight Compute version "
+                             f"({meta.get('version') or 'version not stated'}); collecting it again will not help")
+        elif command and sections:
+            entry["line"] += f" (the capture ran `{command}`)"
     return list(grouped.values())

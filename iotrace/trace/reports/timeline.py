@@ -3,11 +3,17 @@
 Top kernels by total time, time per NVTX range, GPU idle gaps (per device: the gaps between the union of kernel
 and copy intervals), launch latency (API call start to kernel start, when the trace keeps the launching call's
 time) and the share of GPU busy time spent in memory copies and sets. Every number here is measured.
+
+CUDA graph launches (kernels with a ``graph_launch_id``) get their own figure, :class:`GraphLaunches`: how many,
+the kernels they ran and those kernels' share of kernel time, and the CPU time of the launch calls per kernel
+against that of ordinary launches. Their kernels are left out of the launch latency, which for the 300th kernel of
+a graph would be the graph's run time so far rather than a launch cost; the graph's figure has the latency from
+each graph launch call to its first kernel instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,7 +22,7 @@ import pandas as pd
 from iotrace.trace.reports.records import Evidence, Finding, Unavailable
 from iotrace.trace.tables import GPU_RANGE_DOMAINS, TraceTables
 
-__all__ = ["IDLE_SHARE", "MEMCPY_SHARE", "Timeline", "timeline", "timeline_findings"]
+__all__ = ["IDLE_SHARE", "MEMCPY_SHARE", "GraphLaunches", "Timeline", "timeline", "timeline_findings"]
 
 #: GPU idle for more than 20% of the traced span is flagged. HTA's idle-time analysis uses the same framing
 #: (facebookresearch/HolisticTraceAnalysis, analyzers/idle_time_analysis.py); 20% is iotrace's cut-off.
@@ -29,6 +35,33 @@ MEMCPY_SHARE = 0.10
 MIN_GAP_NS = 5_000
 
 
+@dataclass(frozen=True)
+class GraphLaunches:
+    """The CUDA graph launches of a trace (kernels with a ``graph_launch_id``), all measured.
+
+    ``launches``: graph launch calls that ran a traced kernel; ``graphs``: distinct graphs among them where the
+    file names them (``graph_id``, newer Nsight Systems exports), else None; ``kernels``: the kernel launches they
+    ran, ``kernel_ns`` their GPU time and ``kernel_share`` its share of all kernel time; ``launch_cpu_ns``: the
+    CPU time of the graph launch calls (end minus start, where the file keeps the call's end), per kernel they
+    ran in ``cpu_ns_per_kernel``, against ``direct_cpu_ns_per_kernel``, the mean CPU time of the call launching an
+    ordinary kernel (None where the trace has none); ``first_kernel_latency_ns``: median time from a graph launch
+    call's start to the start of the first kernel it ran.
+    """
+
+    launches: int
+    graphs: int | None
+    kernels: int
+    kernel_ns: float
+    kernel_share: float | None
+    launch_cpu_ns: float | None
+    cpu_ns_per_kernel: float | None
+    direct_cpu_ns_per_kernel: float | None
+    first_kernel_latency_ns: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class Timeline:
     top_kernels: pd.DataFrame
@@ -38,11 +71,13 @@ class Timeline:
     launch_latency: dict[str, float] | None
     memcpy: dict[str, Any]
     unavailable: list[Unavailable] = field(default_factory=list)
+    graph_launches: GraphLaunches | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"top_kernels": self.top_kernels.to_dict("records"), "ranges": self.ranges.to_dict("records"),
                 "idle": self.idle.to_dict("records"), "gaps": self.gaps.to_dict("records"),
-                "launch_latency_ns": self.launch_latency, "memcpy": self.memcpy}
+                "launch_latency_ns": self.launch_latency, "memcpy": self.memcpy,
+                "graph_launches": None if self.graph_launches is None else self.graph_launches.to_dict()}
 
 
 def _busy_intervals(tables: TraceTables) -> pd.DataFrame:
@@ -108,6 +143,36 @@ def _ranges(tables: TraceTables, top: int) -> pd.DataFrame:
     return table.sort_values("total_ns", ascending=False).head(top).reset_index()[columns]
 
 
+def _mean(values: pd.Series) -> float | None:
+    values = values.dropna()
+    return float(values.astype("float64").mean()) if len(values) else None
+
+
+def _graph_launches(kernels: pd.DataFrame) -> GraphLaunches | None:
+    """The :class:`GraphLaunches` figure, or None for a trace whose kernels no CUDA graph ran."""
+    ran = kernels["graph_launch_id"].notna()
+    if not ran.any():
+        return None
+    graph = kernels[ran]
+    # One call per (id, call start): CUPTI numbers correlation ids per process, as graph_launch_count does.
+    per = graph.assign(call=graph["launch_ns"].fillna(-1)).groupby(["graph_launch_id", "call"], sort=False).agg(
+        kernels=("launches", "sum"), first=("start_ns", "min"), start=("launch_ns", "first"),
+        end=("launch_end_ns", "first"))
+    cpu = (per["end"] - per["start"]).dropna()
+    ids = graph["graph_id"].dropna()
+    kernel_ns = float(graph["duration_ns"].sum())
+    total_ns = float(kernels["duration_ns"].sum())
+    direct = kernels[~ran]
+    first = (per["first"] - per["start"]).dropna()
+    return GraphLaunches(
+        launches=len(per), graphs=int(ids.nunique()) if len(ids) else None, kernels=int(per["kernels"].sum()),
+        kernel_ns=kernel_ns, kernel_share=kernel_ns / total_ns if total_ns > 0 else None,
+        launch_cpu_ns=float(cpu.sum()) if len(cpu) else None,
+        cpu_ns_per_kernel=float(cpu.sum()) / int(per.loc[cpu.index, "kernels"].sum()) if len(cpu) else None,
+        direct_cpu_ns_per_kernel=_mean(direct["launch_end_ns"] - direct["launch_ns"]),
+        first_kernel_latency_ns=float(first.astype("float64").median()) if len(first) else None)
+
+
 def timeline(tables: TraceTables, top: int = 10) -> Timeline:
     """The timeline tables of a trace; parts the trace cannot support come back as :class:`Unavailable`."""
     missing: list[Unavailable] = []
@@ -121,13 +186,16 @@ def timeline(tables: TraceTables, top: int = 10) -> Timeline:
     if tables.ranges.empty:
         missing.append(Unavailable("time per NVTX range", "NVTX ranges", "nsys profile --trace=cuda,nvtx"))
     latency = None
-    launch = tables.kernels.get("launch_ns")
+    kernels = tables.kernels
+    graphs = _graph_launches(kernels)
+    launch = kernels.get("launch_ns")
     if launch is not None and launch.notna().any():
-        delta = (tables.kernels["start_ns"] - launch).dropna().astype("float64")
+        direct = kernels["graph_launch_id"].isna()  # a graph's kernels: see the module docstring
+        delta = (kernels["start_ns"] - launch)[direct].dropna().astype("float64")
         if len(delta):
             latency = {"count": len(delta), "median": float(delta.median()), "p90": float(delta.quantile(0.9)),
                        "max": float(delta.max())}
-    if latency is None:
+    if latency is None and (graphs is None or graphs.first_kernel_latency_ns is None):
         missing.append(Unavailable("launch latency", "launch_ns (the launching API call's start, per kernel)",
                                    "nsys profile --trace=cuda (CUPTI_ACTIVITY_KIND_RUNTIME)",
                                    detail="this trace's tables keep no launch call times"))
@@ -139,7 +207,7 @@ def timeline(tables: TraceTables, top: int = 10) -> Timeline:
                .sort_values("total_ns", ascending=False).reset_index().to_dict("records")) if len(transfers) else []
     memcpy = {"copy_ns": copy_ns, "kernel_ns": kernel_ns,
               "share": copy_ns / (copy_ns + kernel_ns) if copy_ns + kernel_ns > 0 else None, "by_kind": by_kind}
-    return Timeline(top_kernels, ranges, gaps, idle, latency, memcpy, missing)
+    return Timeline(top_kernels, ranges, gaps, idle, latency, memcpy, missing, graphs)
 
 
 def timeline_findings(line: Timeline) -> list[Finding]:

@@ -1,0 +1,157 @@
+"""Launches grouped by kernel name and launch configuration: the rows every per-kernel report stands on.
+
+One row per (name, grid, block, registers, shared memory): identical launches (100 profiled launches of one kernel in
+an Nsight Compute report, 36 timeline launches at grid 111) become one row with their count and min/median/max
+duration, while launches of one name at different configurations stay apart (a grid-111 launch at 5% occupancy and a
+grid-4995 launch at 100% are different kernels to tune). Nsight Compute's own ``--print-summary per-kernel`` groups the
+same way and averages the counters (https://docs.nvidia.com/nsight-compute/NsightComputeCli/index.html#command-line-
+options-console-output); :func:`group_metrics` does that for the analyses.
+
+A profiled launch with no counter in the file (its replay failed) is kept apart as "not profiled" (:func:`unprofiled`)
+so that its missing counters are never read as sections the capture lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from iotrace.trace.reports.records import Evidence, Finding
+
+__all__ = ["CONFIG_COLUMNS", "NOT_COUNTERS", "config_findings", "config_text", "group_launches", "group_metrics",
+           "unprofiled"]
+
+#: What makes two launches of one name the same launch configuration.
+CONFIG_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+                  "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes")
+#: Metric families Nsight Compute records from the launch and the device even when the replay that collects the
+#: counters failed; a launch that has only these was not profiled.
+NOT_COUNTERS = ("launch__", "device__", "numa__", "nvlink__", "c2clink__", "profiler__")
+#: Occupancy columns a timeline records per launch: averaged over a group weighted by each launch's duration.
+_WEIGHTED = ("est_achieved_occupancy_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct", "blocks_per_sm",
+             "warps_per_sm")
+
+
+def unprofiled(kernels: pd.DataFrame, metrics: pd.DataFrame) -> set[int]:
+    """Ids of the launches that have no counter in ``metrics`` while other launches have some (a failed replay); an
+    empty set where no launch has counters (a timeline, or a capture of launch statistics only)."""
+    if metrics.empty:
+        return set()
+    counters = metrics["metric"].astype(str)
+    counters = ~counters.str.startswith(NOT_COUNTERS)
+    counted = set(metrics.loc[counters, "kernel_id"].astype(int))
+    if not counted:
+        return set()
+    return {int(k) for k in kernels["id"]} - counted
+
+
+def group_launches(kernels: pd.DataFrame, failed: Collection[int] = (), *, by_time: bool = False,
+                   each_launch: bool = False) -> pd.DataFrame:
+    """One row per launch group of ``kernels`` (which carries a ``smem_bytes`` total), the first launch's columns
+    standing for the group, with:
+
+    ``launch_ids`` (every kernel row's id), ``launches_total``, ``total_ns``, ``mean_ns``, ``min_ns``/``median_ns``/
+    ``max_ns`` (over single-launch rows with a duration; NaN where a row aggregates launches, as nsys stats do),
+    ``measured`` (launches with a duration), ``profiled``, the time-weighted occupancy columns, and
+    ``config_index``/``configs_of_name`` (this row's place among the name's configurations, by time).
+
+    :param by_time: order by the name's total time, then the configuration's (a name's configurations sit
+        together), as a timeline is read; else in launch order (an Nsight Compute report's order).
+    :param each_launch: one row per kernel row (no grouping), as Nsight Compute lists launches.
+    """
+    frame = kernels.reset_index(drop=True).copy()
+    frame["profiled"] = ~frame["id"].isin(list(failed))
+    keys = ["name", "profiled", *[c for c in CONFIG_COLUMNS if c in frame]]
+    if each_launch:
+        frame["_group"] = np.arange(len(frame))
+    else:
+        frame["_group"] = frame.groupby(keys, sort=False, dropna=False).ngroup()
+    single = frame["launches"] == 1
+    frame["_single_ns"] = frame["duration_ns"].where(single)
+    grouped = frame.groupby("_group", sort=False)
+    out = grouped.first()
+    out["id"] = grouped["id"].first()
+    out["launch_ids"] = grouped["id"].agg(lambda ids: [int(i) for i in ids])
+    out["launches_total"] = grouped["launches"].sum()
+    out["total_ns"] = grouped["duration_ns"].sum(min_count=1)
+    out["measured"] = grouped["duration_ns"].count()
+    out["mean_ns"] = out["total_ns"] / out["launches_total"].clip(lower=1)
+    aggregated = grouped["_single_ns"].count() < out["measured"]  # a row that sums launches has no min or max
+    for stat in ("min", "median", "max"):
+        out[f"{stat}_ns"] = grouped["_single_ns"].agg(stat).where(~aggregated)
+    weights = frame["duration_ns"].fillna(0.0)
+    for column in (c for c in _WEIGHTED if c in frame):
+        have = frame[column].notna() & (weights > 0)
+        num = (frame[column].astype(float) * weights).where(have).groupby(frame["_group"]).sum(min_count=1)
+        den = weights.where(have).groupby(frame["_group"]).sum(min_count=1)
+        plain = frame[column].astype(float).groupby(frame["_group"]).mean()
+        out[column] = (num / den).fillna(plain)  # no durations: the plain mean
+    out["name_total_ns"] = out.groupby("name", sort=False)["total_ns"].transform("sum")
+    if by_time:
+        out = out.sort_values(["name_total_ns", "total_ns"], ascending=False, kind="stable", na_position="last")
+    out["config_index"] = out.groupby("name", sort=False).cumcount() + 1
+    out["configs_of_name"] = out.groupby("name", sort=False)["id"].transform("size")
+    return out.drop(columns=["_single_ns"]).reset_index(drop=True)
+
+
+def group_metrics(metrics: pd.DataFrame, groups: pd.DataFrame) -> pd.DataFrame:
+    """``metrics`` with each group's launches averaged into one set of values under the group's first launch id (the
+    per-kernel summary of ``ncu --print-summary per-kernel``); unchanged where every group is one launch."""
+    if metrics.empty or (groups["launch_ids"].map(len) == 1).all():
+        return metrics
+    owner = {int(i): int(rep) for rep, ids in zip(groups["id"], groups["launch_ids"], strict=True) for i in ids}
+    kept = metrics[metrics["kernel_id"].isin(list(owner))]
+    kept = kept.assign(kernel_id=kept["kernel_id"].map(owner))
+    return kept.groupby(["kernel_id", "metric", "unit"], sort=False, as_index=False)["value"].mean()
+
+
+def config_text(row: pd.Series | dict) -> str:
+    """A launch configuration in words: "grid 111×1×1, block 128×1×1, 32 registers, 0 B shared"."""
+    def dims(prefix: str) -> str:
+        return "×".join("?" if pd.isna(row.get(f"{prefix}_{a}")) else str(int(row[f"{prefix}_{a}"])) for a in "xyz")
+
+    regs = row.get("registers_per_thread")
+    smem = row.get("smem_bytes")
+    return (f"grid {dims('grid')}, block {dims('block')}, {'?' if pd.isna(regs) else int(regs)} registers, "
+            f"{'?' if smem is None or pd.isna(smem) else f'{int(smem):,}'} B shared")
+
+
+@dataclass(frozen=True)
+class _Share:
+    config: str
+    launches: int
+    total_ns: float
+    occupancy: float | None
+
+
+def config_findings(groups: pd.DataFrame) -> list[Finding]:
+    """One finding per kernel name launched in more than one configuration: each configuration's launches, time
+    share and occupancy, and the name's time-weighted occupancy over all of them (what one row per name would hide)."""
+    findings: list[Finding] = []
+    column = next((c for c in ("achieved_occupancy_pct", "est_achieved_occupancy_pct") if c in groups
+                   and groups[c].notna().any()), None)
+    for name, rows in groups[groups["configs_of_name"] > 1].groupby("name", sort=False):
+        shares = [_Share(config_text(r), int(r["launches_total"]), float(r["total_ns"]) if pd.notna(r["total_ns"])
+                         else 0.0, None if column is None or pd.isna(r[column]) else float(r[column]))
+                  for r in rows.to_dict("records")]
+        total = sum(s.total_ns for s in shares)
+        weighted = [(s.occupancy, s.total_ns) for s in shares if s.occupancy is not None and s.total_ns > 0]
+        mean = (sum(o * t for o, t in weighted) / sum(t for _, t in weighted)) if weighted else None
+        label = "achieved" if column == "achieved_occupancy_pct" else "estimated achieved"
+        parts = [f"{s.config}: {s.launches} launch{'es' * (s.launches != 1)}, "
+                 + (f"{s.total_ns / total * 100:.1f}% of its time" if total > 0 else "time not recorded")
+                 + ("" if s.occupancy is None else f", {s.occupancy:.1f}% occupancy") for s in shares]
+        text = (f"{name} ran in {len(shares)} launch configurations, reported as one row each — "
+                + "; ".join(parts) + (f". Time-weighted {label} occupancy over all its launches: {mean:.1f}%."
+                                      if mean is not None else "."))
+        evidence = tuple(Evidence(f"configuration {i + 1} launches", s.launches, s.config)
+                         for i, s in enumerate(shares))
+        if mean is not None:
+            evidence += (Evidence(f"time-weighted {label} occupancy", round(mean, 2), unit="%"),)
+        findings.append(Finding("launch configurations", text, evidence,
+                                "tune each configuration on its own: occupancy and the bound differ between them",
+                                kernel_id=int(rows["id"].iloc[0]), kernel=str(name), severity="info"))
+    return findings
