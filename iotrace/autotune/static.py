@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from iotrace.autotune.cost_model import Prediction, dot_tile, operand_traffic, pipeline_step, predict, tile_efficiency
-from iotrace.compiler import CompileError, Resources, compile_each
+from iotrace.compiler import CompileBatch, CompileError, Resources, compile_each
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.kernel_call import KernelCall
 from iotrace.occupancy import OccupancyResult, occupancy
@@ -92,8 +92,11 @@ def entry_from_resources(spec: KernelSpec, shape: Shape, dtype: str, config: Con
 
 
 def static_phase(call: KernelCall, configs: list[Config], jobs: int | None = None,
-                 progress: Callable[[int], None] | None = None) -> StaticPhase:
-    """Compile ``configs`` for ``card`` (cached, ``jobs`` workers) and judge each one; ``progress(n)`` per unit."""
+                 progress: Callable[[int], None] | None = None, *,
+                 compile_units: Callable[..., CompileBatch] = compile_each) -> StaticPhase:
+    """Compile ``configs`` for ``card`` (cached, ``jobs`` workers) and judge each one; ``progress(n)`` per unit.
+    ``compile_units`` is :func:`~iotrace.compiler.compile_each`'s stand-in where the compiles run elsewhere (a Ray
+    cluster's CPU workers: :mod:`iotrace.autotune.ray_runner`)."""
     start = time.perf_counter()
     spec, shape, dtype, card = call.spec, call.shape, call.dtype, call.card
     cost = spec.cost(shape, dtype)
@@ -102,7 +105,7 @@ def static_phase(call: KernelCall, configs: list[Config], jobs: int | None = Non
         raise IotraceError(f"{spec.name}.compile_units returned no launch for some config",
                            "a kernel spec must list at least one launch per config")
     flat = [u for units in units_per_config for u in units]
-    batch = compile_each(flat, card.sm_limits.cc, jobs=jobs, progress=progress)
+    batch = compile_units(flat, card.sm_limits.cc, jobs=jobs, progress=progress)
     entries: list[StaticEntry] = []
     position = 0
     for config, units in zip(configs, units_per_config, strict=True):

@@ -12,20 +12,25 @@ Modes, chosen from the options and the machine:
   the Triton interpreter; no time is measured, the best is the model's choice among the configs that passed.
 * ``static`` (``--static``): the static phase only; nothing is launched.
 * ``replay`` (``--replay SWEEP``): measurements come from a recorded sweep, to compare strategies offline.
+
+A :class:`Runner` moves the compiles and the measurements elsewhere (a Ray cluster,
+:mod:`iotrace.autotune.ray_runner`); without one everything runs in this process, as it always has.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from iotrace.autotune.backends import Backend, GpuBackend, InterpreterBackend, Measurement, ReplayBackend
 from iotrace.autotune.cache import CacheKey, TuneCache, kernel_source_hash
-from iotrace.autotune.fingerprint import fingerprint, triton_version
+from iotrace.autotune.fingerprint import Fingerprint, fingerprint, triton_version
 from iotrace.autotune.result import ConfigResult, TuneResult, tied_with
 from iotrace.autotune.space import kernel_space, shape_bucket, shape_text
 from iotrace.autotune.static import StaticEntry, StaticPhase, entry_from_resources, rank, static_phase
@@ -37,9 +42,10 @@ from iotrace.kernels.backend import interpreting
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
-    from iotrace.plugins.spec import KernelSpec, Shape
+    from iotrace.plugins.spec import Config, KernelSpec, Shape
 
-__all__ = ["DEFAULT_VERIFY_TOP", "ConfigResult", "Progress", "TuneOptions", "TuneResult", "tune", "tune_from_sweep"]
+__all__ = ["DEFAULT_VERIFY_TOP", "ConfigResult", "Progress", "Runner", "Search", "TuneOptions", "TuneResult", "tune",
+           "tune_from_sweep"]
 
 #: Configs the interpreter checks on a CPU: the model's top three (each check is a second or more interpreted).
 DEFAULT_VERIFY_TOP = 3
@@ -85,6 +91,38 @@ class Progress(Protocol):
     def advance(self, steps: int = 1) -> None: ...
 
     def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Search:
+    """One tune's measuring job as a :class:`Runner` gets it: what the strategy searches and what bounds it."""
+
+    mode: str
+    options: TuneOptions
+    ranking: list[int]
+    entries: list[StaticEntry]
+    shape: Shape
+    cache: TuneCache | None
+    key: CacheKey
+    budget: int | None
+    time_s: float | None
+
+
+class Runner(Protocol):
+    """Where a tune compiles and measures when that is not this process (a Ray cluster:
+    :class:`iotrace.autotune.ray_runner.RayRunner`)."""
+
+    #: True when its workers have the GPU the card names (``gpu`` mode needs no GPU in this process then).
+    has_gpus: bool
+
+    def static_phase(self, call: KernelCall, configs: list[Config], jobs: int | None,
+                     progress: Callable[[int], None]) -> StaticPhase: ...
+
+    def fingerprint(self, card: Card, on_gpu: bool) -> Fingerprint: ...
+
+    def evaluate(self, search: Search, make_backend: Callable[[], Backend], progress: Progress) -> _Evaluator:
+        """Measure what the strategy asks for on the workers; the evaluator it returns holds every answer."""
+        ...
 
 
 class _NoProgress:
@@ -134,9 +172,15 @@ def check_request(call: KernelCall, options: TuneOptions) -> None:
                                     f"(it states {', '.join(card.peak_tflops) or 'no peaks'})")
 
 
-def _mode(options: TuneOptions, card: Card) -> str:
+def _mode(options: TuneOptions, card: Card, runner: Runner | None = None) -> str:
     if options.replay is not None:
         return "replay"
+    if runner is not None:  # the cluster's workers measure, not this process: a cluster is for its GPUs
+        mode = options.mode or "gpu"
+        if mode == "gpu" and not runner.has_gpus:
+            raise InvalidValueError("GPU timing needs a GPU, and the Ray cluster has none",
+                                    "add GPU nodes to the cluster, or tune with --static or --replay on it")
+        return mode
     if options.mode is not None:
         if options.mode == "gpu" and interpreting():
             raise InvalidValueError("GPU timing needs an NVIDIA GPU, and Triton is interpreting here",
@@ -211,14 +255,15 @@ class _Evaluator:
 
 
 def tune_from_sweep(spec: KernelSpec, options: TuneOptions, progress: Progress | None = None, *,
-                    shape: Shape | None = None, dtype: str | None = None, card: Card | None = None) -> TuneResult:
+                    shape: Shape | None = None, dtype: str | None = None, card: Card | None = None,
+                    runner: Runner | None = None) -> TuneResult:
     """Replay ``options.replay``: the call is the one the sweep recorded; a ``shape``, ``dtype`` or ``card`` given
     beside it must agree with it."""
     if options.replay is None:
         raise InvalidValueError("tune_from_sweep needs TuneOptions(replay=SWEEP)", "give the recorded sweep")
     sweep = _sweep(options)
     call = _replay_request(spec, sweep, shape, dtype, card, options)
-    return tune(call, replace(options, replay=sweep), progress)  # the sweep read once, not again in tune
+    return tune(call, replace(options, replay=sweep), progress, runner)  # the sweep read once, not again in tune
 
 
 def _sweep(options: TuneOptions) -> Sweep | None:
@@ -226,9 +271,11 @@ def _sweep(options: TuneOptions) -> Sweep | None:
         load_sweep(options.replay)
 
 
-def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progress | None = None) -> TuneResult:
+def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progress | None = None,
+         runner: Runner | None = None) -> TuneResult:
     """Tune ``call`` (a kernel at a shape and dtype on a card, through a backend); see the module docstring for the
-    modes. With ``options.replay`` the call must be the one the sweep recorded (:func:`tune_from_sweep` makes it)."""
+    modes. With ``options.replay`` the call must be the one the sweep recorded (:func:`tune_from_sweep` makes it).
+    ``runner``: compile and measure there (its workers hold the card's GPU in ``gpu`` mode), not here."""
     options = options or TuneOptions()
     progress = progress or _NoProgress()
     start = time.perf_counter()
@@ -237,9 +284,9 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
         _replay_request(call.spec, sweep, call.shape, call.dtype, call.card, options)
     spec, shape, dtype, card = call.spec, call.shape, call.dtype, call.card
     check_request(call, options)
-    mode = _mode(options, card)
+    mode = _mode(options, card, runner)
     on_gpu = mode == "gpu"
-    if on_gpu:
+    if on_gpu and runner is None:  # a runner's workers report their own device (it chose the card from them)
         _local_card_matches(card)
     if options.record is not None and mode != "gpu":
         raise InvalidValueError(f"--record {options.record}: only GPU measurements are recorded ({mode} mode here)",
@@ -254,7 +301,8 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
         units = sum(len(spec.compile_units(shape, dtype, c, call.backend)) for c in configs)
         progress.start(f"compile {len(configs)} configs for sm_{card.cc.replace('.', '')}", units)
         try:
-            static = static_phase(call, configs, options.jobs, progress.advance)
+            static = (runner.static_phase if runner is not None else static_phase)(call, configs, options.jobs,
+                                                                                   progress.advance)
         finally:
             progress.stop()
     entries = static.entries
@@ -264,27 +312,31 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
         reasons = sorted({e.pruned or "" for e in entries})
         raise IotraceError(f"no {spec.name} config can launch on {card.name} for {shape_text(shape)}: "
                            f"{'; '.join(reasons)[:400]}", "try a smaller shape, another card, or other --fix values")
-    finger = fingerprint(card, on_gpu)
+    finger = runner.fingerprint(card, on_gpu) if runner is not None else fingerprint(card, on_gpu)
     key = CacheKey(finger.text(), triton_version(), kernel_source_hash(spec), spec.name, call.backend, mode,
                    shape_text(shape_bucket(spec, shape)), dtype)
-    backend: Backend | None = None
+    # A recipe, not a backend: a runner builds it on each worker (CUDA inputs cannot travel between processes).
+    make_backend: Callable[[], Backend] | None = None
     if mode == "gpu":
-        backend = GpuBackend(call, options.seed)
+        make_backend = functools.partial(GpuBackend, call, options.seed)
     elif mode == "interpreter" and options.verify_top > 0:
-        backend = InterpreterBackend(call, options.seed)
+        make_backend = functools.partial(InterpreterBackend, call, options.seed)
     elif mode == "replay":
         assert sweep is not None
-        backend = ReplayBackend(sweep)
+        make_backend = functools.partial(ReplayBackend, sweep)
     # Replayed answers are not measurements of this machine: they never enter the cache.
-    cache = TuneCache(options.cache) if options.use_cache and backend is not None and mode != "replay" else None
+    cache = TuneCache(options.cache) if options.use_cache and make_backend is not None and mode != "replay" else None
     evaluator = None
     try:
-        if backend is not None:
+        if make_backend is not None:
             measuring = mode in ("gpu", "replay")  # --budget/--time bound measurements; --verify bounds checks
-            evaluator = _Evaluator(backend, ranking, entries, shape, cache, key,
-                                   options.budget if measuring else None, options.time_s if measuring else None,
-                                   progress)
-            _evaluate(mode, options, evaluator, entries, ranking, progress)
+            budget, time_s = (options.budget, options.time_s) if measuring else (None, None)
+            if runner is not None:
+                evaluator = runner.evaluate(Search(mode, options, ranking, entries, shape, cache, key, budget, time_s),
+                                            make_backend, progress)
+            else:
+                evaluator = _Evaluator(make_backend(), ranking, entries, shape, cache, key, budget, time_s, progress)
+                _evaluate(mode, options, evaluator, entries, ranking, progress)
     finally:
         if cache is not None:
             cache.close()

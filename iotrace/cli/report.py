@@ -68,8 +68,18 @@ def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", type=Path, metavar="TRACE", help="the export; its format is found from its content")
+    parser.add_argument("trace", type=Path, nargs="+", metavar="TRACE",
+                        help="the export; its format is found from its content. A folder of per-rank traces, or "
+                             "several files of one distributed job, gives the report across ranks: per-rank kernel "
+                             "time side by side, NCCL against compute and their overlap, idle time, stragglers "
+                             "(ranks matched by the files' distributedInfo; files of different jobs or a damaged "
+                             "file: exit 2)")
     _common(parser, FORMATS)
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="across ranks: load the rank files in N processes (default one per CPU)")
+    parser.add_argument("--require-all-ranks", action="store_true",
+                        help="across ranks: fail (exit 2) when a rank of the world size has no file, instead of "
+                             "reporting the ranks given and naming the missing ones")
     parser.add_argument("--plugin", metavar="KERNEL",
                         help="treat the selected kernels as this iotrace kernel plugin (see `iotrace kernels`); "
                              "kernels under an iotrace/<kernel> NVTX range are matched without it")
@@ -139,7 +149,10 @@ def report_main(args: argparse.Namespace) -> None:
         raise InvalidValueError(f"--format {fmt} writes a file", f"give -o FILE.{fmt}")
     if args.images and (fmt != "md" or args.output is None):
         raise InvalidValueError("--images needs --format md and -o FILE.md", "the PNGs are written beside the file")
-    report = _build(args, args.trace, plugin=args.plugin, shape=args.shape, dtype=args.dtype)
+    if len(args.trace) > 1 or args.trace[0].is_dir():
+        _ranks_main(args, fmt)
+        return
+    report = _build(args, args.trace[0], plugin=args.plugin, shape=args.shape, dtype=args.dtype)
     if fmt == "json":
         from iotrace.trace.render.jsonout import dumps
 
@@ -169,6 +182,44 @@ def report_main(args: argparse.Namespace) -> None:
         written = write_figures(report, args.output.with_suffix(""), fmt, first=args.output)
         for path in written.values():
             print(f"wrote {path}")
+
+
+#: Options of the single-trace report that the report across ranks does not take, with their defaults.
+_ONE_TRACE_ONLY = {"kernel": None, "card": None, "ceilings": "auto", "each_launch": False, "plugin": None,
+                   "shape": None, "dtype": None, "images": False}
+
+
+def _ranks_main(args: argparse.Namespace, fmt: str) -> None:
+    """``iotrace report DIR`` or several files: the report across one job's ranks (reports/ranks_report.py)."""
+    from iotrace.trace.ranks import load_ranks
+    from iotrace.trace.render import ranks as render
+    from iotrace.trace.reports.ranks_report import rank_report
+
+    given = [f"--{name.replace('_', '-')}" for name, default in _ONE_TRACE_ONLY.items()
+             if getattr(args, name) != default]
+    if given:
+        raise InvalidValueError(f"{', '.join(given)} applies to one trace, not to the report across ranks",
+                                "give one trace file, or leave the option out")
+    if fmt in ("png", "svg"):
+        raise InvalidValueError(f"--format {fmt} is for one trace", "use --format html for the ranks' figure")
+    source = args.trace[0] if len(args.trace) == 1 else args.trace
+    found = load_ranks(source, workers=args.workers)
+    if args.require_all_ranks and found.missing:
+        from iotrace.trace.reports.ranks_report import spans
+
+        raise InvalidValueError(f"{len(found.ranks)} of {found.world_size} ranks given: no file holds rank(s) "
+                                f"{spans(found.missing)}", "give every rank's file, or leave out --require-all-ranks")
+    report = rank_report(found, top=args.top)
+    if fmt == "json":
+        _write(args.output, render.ranks_json(report))
+    elif fmt == "md":
+        _write(args.output, render.ranks_markdown(report))
+    elif fmt == "html":
+        _write(args.output, render.ranks_html(report))
+    else:
+        text = _terminal_text(lambda c: render.print_ranks(c, report), args.output is not None, args.wide)
+        if text is not None:
+            _write(args.output, text)
 
 
 def print_terminal(report: Any, details: int = 5) -> None:

@@ -5,6 +5,10 @@ Examples (no GPU needed)::
     iotrace tune gemm --card h100 --preset square-4096 --fix BLOCK_K=64,num_stages=3
     iotrace tune gemm --card rtx3090 --shape M=2048,N=2048,K=2048 --static --json
     iotrace tune gemm --replay bench/sweeps/gemm-h100-square-4096-synth.json --strategy random --budget 20
+
+On a Ray cluster (``pip install 'iotrace[ray]'``; :mod:`iotrace.autotune.ray_runner`)::
+
+    iotrace tune gemm --preset square-4096 --strategy exhaustive --ray 10.0.0.5:6379
 """
 
 from __future__ import annotations
@@ -12,12 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from iotrace.argtypes import binary_count, key_values, si_number
 from iotrace.autotune.cache import default_path
 from iotrace.cli.output import add_card, finite_json
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.render.html_figure import check_html_path
+
+if TYPE_CHECKING:
+    from iotrace.autotune.result import TuneResult
+    from iotrace.autotune.tuner import Progress, TuneOptions
+    from iotrace.plugins.spec import KernelSpec
 
 __all__ = ["TuneInterrupted", "add_arguments", "main"]
 
@@ -69,6 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, metavar="FILE.html",
                         help="write a chart of time against occupancy and against the predicted time")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                        help="tune on a Ray cluster: compiles on its CPUs, one measuring worker per GPU, one tune per "
+                             "card type present (ADDRESS: HOST:PORT of its head node; alone: $RAY_ADDRESS, else this "
+                             "machine). Needs pip install 'iotrace[ray]'")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -91,17 +105,19 @@ def main(args: argparse.Namespace) -> None:
                           mode="static" if args.static else None, verify_top=args.verify, replay=args.replay,
                           record=args.record, cache=args.cache, use_cache=not args.no_cache, fix=args.fix or {},
                           jobs=args.jobs, seed=args.seed)
-    if args.replay is None:
+    if args.replay is None and args.ray is None:
         call = KernelCall.make(spec, args.shape, args.dtype, args.card, args.backend, preset=args.preset)
     console = make_console()
     progress = BarProgress(console) if console.is_terminal and not args.json else None
     try:
-        if args.replay is None:
-            result = tune(call, options, progress)
+        if args.ray is not None:
+            results = _on_ray(args, spec, options, progress)
+        elif args.replay is None:
+            results = [tune(call, options, progress)]
         else:  # the sweep says the shape, dtype and card; what is given beside it must agree
             given = None if args.preset is None and args.shape is None else spec.shape_for(args.preset, args.shape)
-            result = tune_from_sweep(spec, options, progress, shape=given, dtype=args.dtype,
-                                     card=detect(args.card) if args.card else None)
+            results = [tune_from_sweep(spec, options, progress, shape=given, dtype=args.dtype,
+                                       card=detect(args.card) if args.card else None)]
     except KeyboardInterrupt:
         if progress is not None:
             progress.stop()
@@ -114,14 +130,53 @@ def main(args: argparse.Namespace) -> None:
         raise TuneInterrupted(f"interrupted: every result measured so far is saved in {where}",
                               "run the same command again to resume where it stopped") from None
     if args.output is not None:
-        write_figure(result, args.output)
-    exported = export_best(result, args.export) if args.export is not None else None
+        write_figure(results[0], args.output)  # one card type only (checked in _on_ray)
+    exported = [export_best(result, args.export) for result in results] if args.export is not None else []
     if args.json:
-
-        print(json.dumps(finite_json(result.to_dict()), indent=2, allow_nan=False))
+        # One tune: its object, as always; a cluster with several card types: one object per card type.
+        found = [finite_json(result.to_dict()) for result in results]
+        print(json.dumps(found[0] if len(found) == 1 else found, indent=2, allow_nan=False))
         return
-    print_tune(console, result, args.rows)
+    for result in results:
+        print_tune(console, result, args.rows)
     if args.output is not None:
         console.print(f"wrote {args.output}")
-    if exported is not None:
+    if exported:
         console.print(f"exported the best config to {args.export} (load it with {'IOTRACE_TUNED'}={args.export})")
+
+
+def _on_ray(args: argparse.Namespace, spec: KernelSpec, options: TuneOptions,
+            progress: Progress | None) -> list[TuneResult]:
+    """``--ray``: a replay or the static phase on the cluster's CPUs, else one GPU tune per card type present."""
+    from iotrace.autotune import ray_runner
+    from iotrace.autotune.tuner import tune, tune_from_sweep
+    from iotrace.cards import detect
+    from iotrace.kernel_call import KernelCall
+
+    ray_runner.connect(args.ray or None)
+    if args.replay is not None:
+        given = None if args.preset is None and args.shape is None else spec.shape_for(args.preset, args.shape)
+        return [tune_from_sweep(spec, options, progress, shape=given, dtype=args.dtype,
+                                card=detect(args.card) if args.card else None, runner=ray_runner.RayRunner())]
+    if args.static:
+        call = KernelCall.make(spec, args.shape, args.dtype, args.card, args.backend, preset=args.preset)
+        return [tune(call, options, progress, ray_runner.RayRunner())]
+    every = groups = ray_runner.gpu_workers(args.ray or None)
+    try:
+        if args.card:
+            named = detect(args.card)
+            present = ", ".join(g.card.name for g in groups)
+            groups = [g for g in groups if (g.card.cc, g.card.sm_count) == (named.cc, named.sm_count)]
+            if not groups:
+                raise InvalidValueError(f"--card {args.card}: the Ray cluster has no {named.name} (it has {present})",
+                                        "leave --card out to tune every card type present, or name one of those")
+        for flag, value in (("--record", args.record), ("--output", args.output)):
+            if value is not None and len(groups) > 1:
+                raise InvalidValueError(f"{flag} {value} holds one card's tune and the Ray cluster has {len(groups)} "
+                                        f"card types ({', '.join(g.card.name for g in groups)})",
+                                        "add --card NAME to tune one of them")
+        return ray_runner.tune_each_card(groups, lambda card: KernelCall.make(spec, args.shape, args.dtype, card,
+                                                                              args.backend, preset=args.preset),
+                                         options, progress)
+    finally:
+        ray_runner.stop_workers([actor for group in every for actor in group.actors])
