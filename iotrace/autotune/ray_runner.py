@@ -42,7 +42,7 @@ from iotrace.autotune.fingerprint import Fingerprint, fingerprint
 from iotrace.autotune.space import config_key
 from iotrace.autotune.static import StaticPhase, static_phase
 from iotrace.autotune.strategies import BudgetSpent
-from iotrace.autotune.tuner import Search, TuneOptions, _evaluate, _Evaluator, _NoProgress, tune
+from iotrace.autotune.tuner import Evaluator, NoProgress, Search, TuneOptions, run_strategy, tune
 from iotrace.compiler import UNITS_PER_WORKER, CompileBatch, CompileError, Resources
 from iotrace.errors import IotraceError
 
@@ -279,7 +279,7 @@ def tune_each_card(groups: list[GpuGroup], make_call: Callable[[Card], KernelCal
     options = replace(options, mode="gpu")
     if len(groups) == 1:
         return [tune(calls[0], options, progress, runners[0])]
-    shared = _SharedProgress(progress or _NoProgress())
+    shared = _SharedProgress(progress or NoProgress())
     labels = [group.card.name for group in groups]
     if len(set(labels)) < len(labels):  # one card under two drivers, say: the fingerprints tell them apart
         labels = [group.fingerprint.text() for group in groups]
@@ -449,7 +449,7 @@ class RayRunner:
         return [_remote("measurer").options(num_cpus=1).remote(mode == "interpreter") for _ in range(self._count())], \
             True
 
-    def evaluate(self, search: Search, make_backend: Callable[[], Backend], progress: Progress) -> _Evaluator:
+    def evaluate(self, search: Search, make_backend: Callable[[], Backend], progress: Progress) -> Evaluator:
         ray = self._ray
         from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
@@ -539,11 +539,11 @@ class RayRunner:
             self.busy.clear()
             if started:
                 stop_workers(actors)
-        final = _Evaluator(_Answered(state), search.ranking, search.entries, search.shape, None, None, search.budget,
-                           None, _NoProgress())
+        final = Evaluator(_Answered(state), search.ranking, search.entries, search.shape, None, None, search.budget,
+                           None, NoProgress())
         # The interpreter's loop does not catch BudgetSpent; a search cut short by --time ends where it stopped.
         with contextlib.suppress(BudgetSpent):
-            _evaluate(search.mode, probe_options, final, search.entries, search.ranking, _NoProgress())
+            run_strategy(search.mode, probe_options, final, search.entries, search.ranking, NoProgress())
         final.measured = sum(1 for m in final.found.values() if not m.cached)
         return final
 
@@ -559,10 +559,10 @@ class RayRunner:
         """The strategy run once more on what is known: the configs it asks for that nobody measures yet."""
         lookup = _Lookup(state, room)
         search = state.search
-        evaluator = _Evaluator(lookup, search.ranking, search.entries, search.shape, None, None, search.budget, None,
-                               _NoProgress())
+        evaluator = Evaluator(lookup, search.ranking, search.entries, search.shape, None, None, search.budget, None,
+                               NoProgress())
         with contextlib.suppress(BudgetSpent):
-            _evaluate(search.mode, options, evaluator, search.entries, search.ranking, _NoProgress())
+            run_strategy(search.mode, options, evaluator, search.entries, search.ranking, NoProgress())
         return lookup.wanted
 
 

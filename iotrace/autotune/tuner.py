@@ -120,12 +120,12 @@ class Runner(Protocol):
 
     def fingerprint(self, card: Card, on_gpu: bool) -> Fingerprint: ...
 
-    def evaluate(self, search: Search, make_backend: Callable[[], Backend], progress: Progress) -> _Evaluator:
+    def evaluate(self, search: Search, make_backend: Callable[[], Backend], progress: Progress) -> Evaluator:
         """Measure what the strategy asks for on the workers; the evaluator it returns holds every answer."""
         ...
 
 
-class _NoProgress:
+class NoProgress:
     def start(self, description: str, total: int) -> None:
         pass
 
@@ -221,7 +221,7 @@ def _static_from_sweep(spec: KernelSpec, sweep: Sweep, card: Card, shape: Shape)
     return StaticPhase(entries, 0, 0, 0, time.perf_counter() - start)
 
 
-class _Evaluator:
+class Evaluator:
     """The strategies' ``evaluate(i)``: the cache first, else the backend; the budget charged per new config."""
 
     def __init__(self, backend: Backend, space: list[int], entries: list[StaticEntry], shape: Shape,
@@ -277,7 +277,7 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
     modes. With ``options.replay`` the call must be the one the sweep recorded (:func:`tune_from_sweep` makes it).
     ``runner``: compile and measure there (its workers hold the card's GPU in ``gpu`` mode), not here."""
     options = options or TuneOptions()
-    progress = progress or _NoProgress()
+    progress = progress or NoProgress()
     start = time.perf_counter()
     sweep = _sweep(options)
     if sweep is not None:
@@ -335,8 +335,8 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
                 evaluator = runner.evaluate(Search(mode, options, ranking, entries, shape, cache, key, budget, time_s),
                                             make_backend, progress)
             else:
-                evaluator = _Evaluator(make_backend(), ranking, entries, shape, cache, key, budget, time_s, progress)
-                _evaluate(mode, options, evaluator, entries, ranking, progress)
+                evaluator = Evaluator(make_backend(), ranking, entries, shape, cache, key, budget, time_s, progress)
+                run_strategy(mode, options, evaluator, entries, ranking, progress)
     finally:
         if cache is not None:
             cache.close()
@@ -385,8 +385,9 @@ def _replay_request(spec: KernelSpec, sweep: Sweep, shape: Shape | None, dtype: 
     return KernelCall(spec, dict(sweep.shape), sweep.dtype, recorded, sweep.backend)
 
 
-def _evaluate(mode: str, options: TuneOptions, evaluator: _Evaluator, entries: list[StaticEntry],
-              ranking: list[int], progress: Progress) -> None:
+def run_strategy(mode: str, options: TuneOptions, evaluator: Evaluator, entries: list[StaticEntry],
+                 ranking: list[int], progress: Progress) -> None:
+    """Run the search ``mode`` asks for over ``evaluator``; the single-process tuner and the Ray runner share it."""
     if mode == "interpreter":
         # The model's top configs, checked; if none passes, further down the ranking until one does.
         progress.start(f"check the top {options.verify_top} under the Triton interpreter", options.verify_top)
@@ -425,7 +426,7 @@ def _place(best: ConfigResult, results: list[ConfigResult]) -> tuple[str, str]:
 
 
 def _choose(mode: str, options: TuneOptions, results: list[ConfigResult], ranking: list[int],
-            evaluator: _Evaluator | None, synthesised: bool = False) -> tuple[ConfigResult | None, str]:
+            evaluator: Evaluator | None, synthesised: bool = False) -> tuple[ConfigResult | None, str]:
     """The best config and why it won, in words that say whether that rests on measurement, a replayed sweep or
     the model (a replayed time is never called measured)."""
     wrong = sum(1 for r in results if r.verified is False)
