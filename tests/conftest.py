@@ -67,6 +67,16 @@ def check_kernel(spec, shape, dtype: str, config, seed: int | None = None):
     return inputs, outputs
 
 
+def write_kineto(path: Path, events: list[dict[str, Any]]) -> Path:
+    """A minimal Kineto trace of ``events`` on one H100 (the schema torch.profiler writes), at ``path``."""
+    import json
+
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
+           "traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m iotrace ARGS`` in a real subprocess and capture its output."""
     full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", **(env or {})}

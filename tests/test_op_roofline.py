@@ -19,6 +19,7 @@ import pytest
 from iotrace.cards import lookup
 from iotrace.trace import load
 from iotrace.trace.reports.op_roofline import op_rooflines
+from tests.conftest import write_kineto
 
 V100 = "kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz"
 
@@ -92,11 +93,7 @@ def _trace(tmp_path: Path) -> Path:
             events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": start + 10,
                            "dur": 20, "args": {"correlation": 100 + i, "device": 0, "stream": 7}})
         t += 50 if name != "aten::linear" else 0
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
-           "traceEvents": events}
-    path = tmp_path / "shapes.json"
-    path.write_text(json.dumps(doc))
-    return path
+    return write_kineto(tmp_path / "shapes.json", events)
 
 
 def test_wrapper_attention_and_rmsnorm_ops_from_a_written_trace(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from iotrace.cards import lookup
 from iotrace.trace import load
 from iotrace.trace.reports.range_roofline import NO_RANGE, range_rooflines
 from iotrace.trace.reports.report import build_report
-from tests.conftest import run_cli
+from tests.conftest import run_cli, write_kineto
 
 H200 = "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite"
 V100 = "kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz"
@@ -239,11 +239,7 @@ def _nested_trace(tmp_path: Path) -> Path:
         events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": at + 10,
                        "dur": 10 * (i + 1), "args": {"correlation": 50 + i, "device": 0, "stream": 7,
                                                      "est. achieved occupancy %": 25 * (i + 1)}})
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
-           "traceEvents": events}
-    path = tmp_path / "nested.json"
-    path.write_text(json.dumps(doc))
-    return path
+    return write_kineto(tmp_path / "nested.json", events)
 
 
 def test_a_range_nested_in_itself_counts_each_kernel_once(tmp_path: Path) -> None:
