@@ -9,7 +9,11 @@ from typing import Any
 
 from iotrace.errors import DataFileError
 
-__all__ = ["fields"]
+__all__ = ["NCU_NOT_COUNTERS", "fields"]
+
+#: Nsight Compute metric families recorded from the launch itself and the device even when the replay that collects
+#: the counters fails: a launch that has only these was not profiled (the ncu reader and the report's launch groups).
+NCU_NOT_COUNTERS = ("launch__", "device__", "numa__", "nvlink__", "c2clink__", "profiler__")
 
 _DATA_FILE = "trace_fields.toml"
 

@@ -32,7 +32,7 @@ import pandas as pd
 
 from iotrace.trace.devices import with_cards
 from iotrace.trace.errors import TraceFormatError, TraceToolError
-from iotrace.trace.fields import fields
+from iotrace.trace.fields import NCU_NOT_COUNTERS, fields
 from iotrace.trace.formats import _sniff
 from iotrace.trace.parser import Head
 from iotrace.trace.tables import SOURCE_SAMPLE_COLUMNS, TraceTables, build
@@ -41,9 +41,6 @@ _VERSION = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
 # The profiled process's command line, which ncu stores as one length-prefixed protobuf string starting with the ncu
 # executable's path ("/opt/nvidia/nsight-compute/2024.1.1/target/.../ncu --set full -o r ./app ").
 _COMMAND = re.compile(rb"(?:/[\x21-\x7e]*/)?ncu(?:\.exe)? [\x20-\x7e]+")
-# Metric families ncu records from the launch itself and the device, even when the replay that collects the counters
-# fails: a launch that has only these was not profiled.
-_NOT_COUNTERS = ("launch__", "device__", "numa__", "nvlink__", "c2clink__", "profiler__")
 
 
 class NcuRepParser(_sniff.NcuRep):
@@ -301,7 +298,7 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
                     # a launch whose replay failed has every counter non-finite.
                     launch_not_finite.add(name)
                     continue
-                counters += not name.startswith(_NOT_COUNTERS)
+                counters += not name.startswith(NCU_NOT_COUNTERS)
                 metric_ids.append(kid)
                 metric_names.append(name)
                 metric_units.append(metric.unit())

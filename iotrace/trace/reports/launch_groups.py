@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from iotrace.trace.fields import NCU_NOT_COUNTERS
 from iotrace.trace.reports.records import Evidence, Finding
 
 __all__ = ["CONFIG_COLUMNS", "NOT_COUNTERS", "config_findings", "config_text", "group_launches", "group_metrics",
@@ -27,9 +28,8 @@ __all__ = ["CONFIG_COLUMNS", "NOT_COUNTERS", "config_findings", "config_text", "
 #: What makes two launches of one name the same launch configuration.
 CONFIG_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
                   "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes")
-#: Metric families Nsight Compute records from the launch and the device even when the replay that collects the
-#: counters failed; a launch that has only these was not profiled.
-NOT_COUNTERS = ("launch__", "device__", "numa__", "nvlink__", "c2clink__", "profiler__")
+#: Metric families that are not counters (:data:`iotrace.trace.fields.NCU_NOT_COUNTERS`).
+NOT_COUNTERS = NCU_NOT_COUNTERS
 #: Occupancy columns a timeline records per launch: averaged over a group weighted by each launch's duration.
 _WEIGHTED = ("est_achieved_occupancy_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct", "blocks_per_sm",
              "warps_per_sm")
