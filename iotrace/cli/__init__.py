@@ -12,14 +12,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from iotrace.cli import bench, identities, kernels, notes, report, selfcheck, tune
+from iotrace.cli import bench, identities, kernels, notes, quant, report, selfcheck, tune
 from iotrace.cli.output import EXIT_USAGE, OneLineParser
 from iotrace.errors import IotraceError
 
 __all__ = ["EXIT_USAGE", "build_parser", "main"]
 
 #: The command families, in the order `iotrace --help` lists their commands.
-FAMILIES = (identities, kernels, bench, report, selfcheck, notes, tune)
+FAMILIES = (identities, kernels, bench, quant, report, selfcheck, notes, tune)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,9 +12,17 @@ shape's ``key_scales`` picks the scheme:
   LLM.int8() (section 3.2) applied to keys, as KVQuant keeps outliers in a 16-bit side store (Hooper et al. 2024,
   section 3.4). Per-channel int8 still leaves each outlier channel 1/127 of its range, and those channels dominate
   the scores; keeping them is what lifts the outlier data to the 0.9999 cosine target (tests/test_int8_kv.py).
+- 3: per token and KV head like 0, with the ``KEPT_CHANNELS`` widest calibrated channels kept in 16 bits and left
+  out of the token's absmax: the scheme real keys need. On SmolLM2-135M over 2,048 tokens of text as one context
+  (iotrace/model/kv_quality.py) static per-channel scales calibrated on the first 128 tokens clip 3.2% of later
+  key values (RoPE turns each channel pair through angles the prompt has not reached, and content drifts), so
+  schemes 1 and 2 fall to attention-output cosine 0.81 in the worst layer and perplexity +11%; per-token scales
+  adapt to every token, but one outlier channel sets the whole row's step (0.99962 in the worst layer); keeping
+  the 4 widest channels out of it gives >= 0.99992 in every layer and perplexity within 0.04%, for 8 more bytes
+  per token and KV head.
 
 Per-channel scales and the kept channels are fixed when the cache is created (calibrated on the prompt) and reused
-for every appended token.
+for every appended token (values beyond a per-channel range clamp to ±127).
 
 The cache is contiguous (batch, max_context, H_kv, d) or paged (pages, PAGE, H_kv, d) with a block table
 (batch, pages per sequence) of page ids, as serving engines keep it (Kwon et al. 2023, "PagedAttention").
@@ -24,7 +32,8 @@ of the two scales is 1), and o = Σ_j (p_j · v_scale_j) · v_q_j / Σ_j p_j; it
 attention_decode.py (same combine kernel) with int8 loads.
 
 Cost (identity 3 and 4): KV bytes per token fall from 2·H_kv·d·2 (fp16) to 2·H_kv·d·1 + 2·H_kv·4 (int8 plus fp32
-scales per token and head): 1.94x fewer at d = 128, which is the decode speedup's ceiling.
+scales per token and head): 1.94x fewer at d = 128, which is the decode speedup's ceiling; key_scales=3 adds the
+4 kept channels' 16-bit values, 2·H_kv·d·1 + H_kv·(8 + 4·2): 1.88x fewer at d = 128, 1.78x at d = 64.
 """
 
 from __future__ import annotations
@@ -73,8 +82,9 @@ from iotrace.plugins.spec import (
 if TYPE_CHECKING:
     from iotrace.cards import Card
 
-__all__ = ["KEPT_CHANNELS", "KEY_MIXED", "KEY_PER_CHANNEL", "KEY_PER_TOKEN", "PAGE", "Int8DecodeSpec", "append_int8",
-           "decode_int8", "kept_values", "outlier_channels_for", "quantize_reference"]
+__all__ = ["KEPT_CHANNELS", "KEY_MIXED", "KEY_PER_CHANNEL", "KEY_PER_TOKEN", "KEY_SCHEMES", "KEY_TOKEN_KEPT", "PAGE",
+           "Int8DecodeSpec", "append_int8", "channel_scales_for", "decode_int8", "kept_values", "key_side_bytes",
+           "outlier_channels_for", "quantize_reference"]
 
 _TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: Tokens per page of the paged cache (vLLM's default block size is 16).
@@ -83,7 +93,10 @@ PAGE = 16
 #: outlier key channels KIVI reports (its figure 2), where a per-token scale loses the other channels.
 OUTLIER_CHANNELS, OUTLIER_SCALE = 4, 20.0
 #: The key schemes (the shape's ``key_scales``): see the module docstring.
-KEY_PER_TOKEN, KEY_PER_CHANNEL, KEY_MIXED = 0, 1, 2
+KEY_PER_TOKEN, KEY_PER_CHANNEL, KEY_MIXED, KEY_TOKEN_KEPT = 0, 1, 2, 3
+#: Each scheme's name, as tables print it.
+KEY_SCHEMES = {KEY_PER_TOKEN: "per-token", KEY_PER_CHANNEL: "per-channel", KEY_MIXED: "per-channel+kept",
+               KEY_TOKEN_KEPT: "per-token+kept"}
 #: Channels per KV head kept in 16 bits by the mixed scheme: KIVI's figure 2 shows a handful of outlier channels
 #: per head; 4 of 128 costs 8 bytes per token and head (a power of two, as tl.arange needs).
 KEPT_CHANNELS = 4
@@ -114,21 +127,27 @@ def _append_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     row = x_ptr + seq * stride_xb + t * stride_xt + head * stride_xh
     x = tl.load(row + offs_d).to(tl.float32)
+    if KEPT > 0:
+        offs_k = tl.arange(0, KEPT)
+        kept = tl.load(kept_idx_ptr + head * KEPT + offs_k)
+        is_kept = tl.sum((offs_d[:, None] == kept[None, :]).to(tl.int32), 1) > 0
     if PER_CHANNEL:
         scale = tl.load(channel_scale_ptr + head * HEAD_DIM + offs_d)
         x_q = tl.floor(tl.div_rn(x, scale) + 0.5)
     else:
-        # Correctly rounded division (a GPU's `/` compiles to approximate div): bit-equal to torch's quantiser.
-        absmax = tl.max(tl.abs(x), 0)
+        # Correctly rounded division (a GPU's `/` compiles to approximate div): bit-equal to torch's quantiser. Kept
+        # channels (key_scales=3) are left out of the absmax: their range is what the 16-bit store is for.
+        if KEPT > 0:  # noqa: SIM108
+            absmax = tl.max(tl.where(is_kept, 0.0, tl.abs(x)), 0)
+        else:
+            absmax = tl.max(tl.abs(x), 0)
         scale = tl.where(absmax > 0, tl.div_rn(absmax, 127.0), 1.0)
         x_q = tl.floor(tl.div_rn(x, scale) + 0.5)
         tl.store(scale_ptr + page * stride_sp + slot * stride_ss + head * stride_sh, scale)
     x_q = tl.minimum(tl.maximum(x_q, -127.0), 127.0)
     if KEPT > 0:  # the kept channels go to the 16-bit side store, and their int8 slots hold 0
-        offs_k = tl.arange(0, KEPT)
-        kept = tl.load(kept_idx_ptr + head * KEPT + offs_k)
         tl.store(kept_ptr + page * stride_kp + slot * stride_ks + head * stride_kh + offs_k, tl.load(row + kept))
-        x_q = tl.where(tl.sum((offs_d[:, None] == kept[None, :]).to(tl.int32), 1) > 0, 0.0, x_q)
+        x_q = tl.where(is_kept, 0.0, x_q)
     tl.store(cache_ptr + page * stride_cp + slot * stride_cs + head * stride_ch + offs_d, x_q.to(tl.int8))
 
 
@@ -143,8 +162,8 @@ def append_int8(x: torch.Tensor, cache: torch.Tensor, scales: torch.Tensor | Non
 
     ``cache`` is (B, T_max, H_kv, d) int8, or (pages, PAGE, H_kv, d) with ``table`` (B, pages per sequence);
     ``scales`` is the matching (…, H_kv) fp32 per-token scale array, or None with ``channel_scales`` (H_kv, d).
-    The mixed scheme adds ``kept_channels`` (H_kv, KEPT_CHANNELS) int32 and ``kept_cache`` (…, H_kv, KEPT_CHANNELS)
-    in x's dtype, laid out like ``cache``.
+    The kept-channel schemes (key_scales 2 and 3) add ``kept_channels`` (H_kv, KEPT_CHANNELS) int32 and
+    ``kept_cache`` (…, H_kv, KEPT_CHANNELS) in x's dtype, laid out like ``cache``.
     """
     batch, t_new, heads, d = x.shape
     if cache.dtype != torch.int8 or cache.shape[2:] != (heads, d):
@@ -156,7 +175,7 @@ def append_int8(x: torch.Tensor, cache: torch.Tensor, scales: torch.Tensor | Non
                                 f"{capacity} positions", "allocate a longer cache (or more pages) first")
     if table is not None and (int(table.max()) >= cache.shape[0] or int(table.min()) < 0):
         raise InvalidValueError(f"the block table names pages outside 0..{cache.shape[0] - 1}", "check the table")
-    kept = _check_kept(kept_channels, kept_cache, channel_scales, cache, x.dtype)
+    kept = _check_kept(kept_channels, kept_cache, channel_scales, scales, cache, x.dtype)
     per_channel = channel_scales is not None
     scale_arg = scales if scales is not None else channel_scales
     s_strides = _slot_view(scales) if scales is not None else (0, 0, 0)
@@ -170,13 +189,15 @@ def append_int8(x: torch.Tensor, cache: torch.Tensor, scales: torch.Tensor | Non
 
 
 def _check_kept(kept_channels: torch.Tensor | None, kept_cache: torch.Tensor | None,
-                channel_scales: torch.Tensor | None, cache: torch.Tensor, dtype: torch.dtype) -> int:
-    """How many channels per head the mixed scheme keeps in 16 bits (0 when it is not in use)."""
+                channel_scales: torch.Tensor | None, token_scales: torch.Tensor | None, cache: torch.Tensor,
+                dtype: torch.dtype) -> int:
+    """How many channels per head the kept-channel schemes keep in 16 bits (0 when neither is in use)."""
     if kept_channels is None and kept_cache is None:
         return 0
-    if kept_channels is None or kept_cache is None or channel_scales is None:
-        raise InvalidValueError("kept channels need the channel indices, their 16-bit store and per-channel scales",
-                                "pass kept_channels, kept_cache and channel_scales together (key_scales=2)")
+    if kept_channels is None or kept_cache is None or (channel_scales is None and token_scales is None):
+        raise InvalidValueError("kept channels need the channel indices, their 16-bit store and the key scales",
+                                "pass kept_channels and kept_cache with per-channel (key_scales=2) or per-token "
+                                "(key_scales=3) key scales")
     heads, kept = kept_channels.shape
     if kept_cache.shape != (*cache.shape[:2], heads, kept) or kept_cache.dtype != dtype:
         raise InvalidValueError(f"kept-channel store {tuple(kept_cache.shape)} {kept_cache.dtype} does not match the "
@@ -193,13 +214,16 @@ def quantize_reference(x: torch.Tensor, channel_scales: torch.Tensor | None = No
     """The same quantiser in torch: x (…, H_kv, d) -> (int8 values, per-token-head scales or None).
 
     With ``kept_channels`` (H_kv, kept) the kept channels' int8 values are 0 (their values go to the side store,
-    :func:`kept_values`)."""
+    :func:`kept_values`) and, with per-token scales (key_scales=3), they are left out of the token's absmax."""
     xf = x.float()
+    at = None if kept_channels is None else kept_channels.long().expand(*x.shape[:-1], -1)
     if channel_scales is not None:
         x_q = torch.floor(xf / channel_scales.float() + 0.5).clamp(-127, 127).to(torch.int8)
-        if kept_channels is not None:
-            x_q.scatter_(-1, kept_channels.long().expand(*x_q.shape[:-1], -1), 0)
+        if at is not None:
+            x_q.scatter_(-1, at, 0)
         return x_q, None
+    if at is not None:
+        xf = xf.scatter(-1, at, 0.0)
     absmax = xf.abs().amax(-1)
     scale = torch.where(absmax > 0, absmax / 127.0, torch.ones_like(absmax))
     return torch.floor(xf / scale[..., None] + 0.5).clamp(-127, 127).to(torch.int8), scale
@@ -322,7 +346,7 @@ def decode_int8(q: torch.Tensor, k_q: torch.Tensor, v_q: torch.Tensor, k_scales:
         raise InvalidValueError(f"context lengths {int(context_lens.min())}..{int(context_lens.max())} fall outside "
                                 f"the cache of {capacity} positions", "each length must lie in 1..the cache length")
     if validate:
-        _check_kept(kept_channels, kept_cache, channel_scales, k_q, q.dtype)
+        _check_kept(kept_channels, kept_cache, channel_scales, k_scales, k_q, q.dtype)
     for launch in _decode_int8_launches(q, k_q, v_q, k_scales, v_scales, context_lens, out, lse, config, table,
                                         channel_scales, kept_channels, kept_cache, interpreting()):
         launch()
@@ -376,8 +400,9 @@ def _dot_pad(kept: int) -> int:
 
 def key_side_bytes(scheme: int, element_bytes: int) -> int:
     """Bytes per token and KV head beside the int8 K and V values: the fp32 V scale, plus the fp32 K scale
-    (per-token keys) or the 16-bit kept channels (mixed keys); per-channel scales are per head, not per token."""
-    return 4 + {KEY_PER_TOKEN: 4, KEY_PER_CHANNEL: 0, KEY_MIXED: KEPT_CHANNELS * element_bytes}[scheme]
+    (per-token keys) and/or the 16-bit kept channels; per-channel scales are per head, not per token."""
+    kept = KEPT_CHANNELS * element_bytes
+    return 4 + {KEY_PER_TOKEN: 4, KEY_PER_CHANNEL: 0, KEY_MIXED: kept, KEY_TOKEN_KEPT: 4 + kept}[scheme]
 
 
 def _to_pages(rows: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
@@ -402,7 +427,7 @@ def _model_presets() -> dict[str, Shape]:
         m = model(key)
         presets[f"{key}-ctx{context // 1024}k-b{batch}" + ("-paged" if paged else "")] = {
             "batch": batch, "heads": m.heads, "kv_heads": m.kv_heads, "head_dim": m.head_dim, "context": context,
-            "varlen": int(batch > 1), "paged": paged, "key_scales": KEY_MIXED, "outliers": 1}
+            "varlen": int(batch > 1), "paged": paged, "key_scales": KEY_TOKEN_KEPT, "outliers": 1}
     return presets
 
 
@@ -413,15 +438,16 @@ class Int8DecodeSpec(DecodeShapes):
 
     name: ClassVar[str] = "attention-decode-int8"
     summary: ClassVar[str] = ("split-KV decode over an int8 KV cache (key_scales: 0 per token, 1 per channel, "
-                              "2 per channel + 16-bit outlier channels; paged)")
+                              "2 per channel + 16-bit outlier channels, 3 per token + 16-bit outlier channels; "
+                              "paged)")
     dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
     shape_keys: ClassVar[tuple[str, ...]] = ("batch", "heads", "kv_heads", "head_dim", "context", "varlen", "paged",
                                              "key_scales", "outliers")
     shape_flags: ClassVar[tuple[str, ...]] = ("varlen", "paged", "key_scales", "outliers")
-    flag_values: ClassVar[dict[str, tuple[int, ...]]] = {"key_scales": (KEY_PER_TOKEN, KEY_PER_CHANNEL, KEY_MIXED)}
+    flag_values: ClassVar[dict[str, tuple[int, ...]]] = {"key_scales": tuple(KEY_SCHEMES)}
     presets: ClassVar[dict[str, Shape]] = _model_presets()
     default_shape: ClassVar[Shape] = {"batch": 3, "heads": 8, "kv_heads": 2, "head_dim": 64, "context": 333,
-                                      "varlen": 1, "paged": 1, "key_scales": KEY_MIXED, "outliers": 1}
+                                      "varlen": 1, "paged": 1, "key_scales": KEY_TOKEN_KEPT, "outliers": 1}
 
     def make_inputs(self, shape: Shape, dtype: str, device: str, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -435,8 +461,10 @@ class Int8DecodeSpec(DecodeShapes):
         lens = torch.tensor(shape_lengths(shape, "context"), dtype=torch.int32)
         inputs = {"q": torch.randn(b, shape["heads"], d, generator=gen).to(dt), "k": k, "v": v,
                   "context_lens": lens}
-        channel = channel_scales_for(k) if shape["key_scales"] != KEY_PER_TOKEN else None
-        kept = outlier_channels_for(channel) if shape["key_scales"] == KEY_MIXED else None
+        scheme = shape["key_scales"]
+        calibrated = channel_scales_for(k) if scheme != KEY_PER_TOKEN else None
+        channel = calibrated if scheme in (KEY_PER_CHANNEL, KEY_MIXED) else None
+        kept = outlier_channels_for(calibrated) if scheme in (KEY_MIXED, KEY_TOKEN_KEPT) else None
         if shape["paged"]:  # every sequence's pages scattered over one pool, in a shuffled order
             pages = math.ceil(t / PAGE)
             inputs["table"] = torch.randperm(b * pages, generator=gen).reshape(b, pages).to(torch.int32)
@@ -511,7 +539,8 @@ class Int8DecodeSpec(DecodeShapes):
         nbytes = float(kv_bytes + shape["batch"] * h * (2 * d * e + 4))
         return Cost(flops, nbytes, DTYPE_PEAK[dtype],
                     "FLOPs = Σ_b 4·L_b·H·d; bytes = Σ_b L_b·(2·H_kv·d [int8 K, V] + H_kv·side) + B·H·(2·d·e + 4), "
-                    "side = per token and head: 4 (V scale) + 4 (K scale, key_scales=0) or kept·e (key_scales=2)")
+                    "side = per token and head: 4 (V scale) + 4 (K scale, key_scales 0 and 3) + kept·e "
+                    "(key_scales 2 and 3)")
 
     def space(self, shape: Shape, dtype: str, card: Card, backend: str = DEFAULT_BACKEND) -> list[Config]:
         return [{"BLOCK_N": bn, "NUM_SPLITS": s, "num_warps": w, "num_stages": st}
@@ -538,11 +567,13 @@ class Int8DecodeSpec(DecodeShapes):
         q = meta(b, h, d, dtype=dt)
         launches = _decode_int8_launches(
             q, meta(*slots, hkv, d, dtype=torch.int8), meta(*slots, hkv, d, dtype=torch.int8),
-            meta(*slots, hkv) if scheme == KEY_PER_TOKEN else None, meta(*slots, hkv), meta(b, dtype=torch.int32),
-            torch.empty_like(q), meta(b, h), config, meta(b, pages, dtype=torch.int32) if shape["paged"] else None,
-            meta(hkv, d) if scheme != KEY_PER_TOKEN else None,
-            meta(hkv, KEPT_CHANNELS, dtype=torch.int32) if scheme == KEY_MIXED else None,
-            meta(*slots, hkv, KEPT_CHANNELS, dtype=dt) if scheme == KEY_MIXED else None, interpreter=False)
+            meta(*slots, hkv) if scheme in (KEY_PER_TOKEN, KEY_TOKEN_KEPT) else None, meta(*slots, hkv),
+            meta(b, dtype=torch.int32), torch.empty_like(q), meta(b, h), config,
+            meta(b, pages, dtype=torch.int32) if shape["paged"] else None,
+            meta(hkv, d) if scheme in (KEY_PER_CHANNEL, KEY_MIXED) else None,
+            meta(hkv, KEPT_CHANNELS, dtype=torch.int32) if scheme in (KEY_MIXED, KEY_TOKEN_KEPT) else None,
+            meta(*slots, hkv, KEPT_CHANNELS, dtype=dt) if scheme in (KEY_MIXED, KEY_TOKEN_KEPT) else None,
+            interpreter=False)
         return [launches[0].unit()]  # the split kernel; the combine step is attention-decode's
 
 
