@@ -85,7 +85,7 @@ def test_attention_decode_against_copy_and_sdpa(kernel_bench, preset: str) -> No
 
 
 @pytest.mark.parametrize("preset", ["llama-3-8b-ctx8k-b32", "llama-3-8b-ctx32k-b1"])
-@pytest.mark.parametrize("key_scales", [1, 2])  # per-channel keys; and with the 16-bit outlier channels
+@pytest.mark.parametrize("key_scales", [1, 2, 3])  # per-channel (+ 16-bit outliers); per token + outliers
 def test_int8_decode_against_bf16_decode(kernel_bench, preset: str, key_scales: int) -> None:
     from iotrace.kernels.int8_kv import Int8DecodeSpec
 

@@ -96,7 +96,7 @@ def test_draft_verify_on_gpu(preset: str) -> None:
 
 
 @pytest.mark.parametrize("preset", ["llama-3-8b-ctx32k-b1", "llama-3-8b-ctx8k-b32-paged"])
-@pytest.mark.parametrize("key_scales", [0, 1, 2])
+@pytest.mark.parametrize("key_scales", [0, 1, 2, 3])
 def test_int8_decode_on_gpu(preset: str, key_scales: int) -> None:
     from iotrace.kernel_call import KernelCall
     from iotrace.kernels.int8_kv import Int8DecodeSpec
