@@ -218,3 +218,27 @@ def speculation(alpha: float, gamma: int, draft_cost: float | None = None) -> De
     return Derivation("speculation (identity 5)", "E[tokens] = (1 − α^(γ+1)) / (1 − α)", inputs, steps,
                       Quantity("E", expected, "tokens", "tokens per target step"), also,
                       ["Assumes acceptance is independent per token with rate α (Leviathan et al. 2023)."])
+
+
+def speculation_measured(run: dict, label: str, source: str) -> Derivation:
+    """Identity 5 worked with the α, γ and c one ``iotrace bench --spec`` run measured (a run of its JSON's
+    ``speculation`` key), beside the tokens per step and speedup it measured."""
+    from dataclasses import replace
+
+    alpha = run["full_alpha"] if run.get("full_alpha") is not None else run.get("alpha")
+    if alpha is None:
+        raise InvalidValueError(f"{source}: {label} attempted no draft position, so it measured no α",
+                                "pick a run whose draft proposed tokens")
+    worked = speculation(alpha, int(run["gamma"]), run.get("draft_cost"))
+    given = f"measured ({source})"
+    inputs = [replace(q, source=given) for q in worked.inputs]
+    also = list(worked.also)
+    if run.get("full_tokens_per_step") is not None:
+        se = run.get("full_tokens_per_step_se")
+        also.append(Quantity("measured E", run["full_tokens_per_step"], "tokens",
+                             f"mean tokens per full-γ target step{f' ± {num(se)} (SE)' if se else ''}", given))
+    if run.get("speedup") is not None:
+        also.append(Quantity("measured speedup", run["speedup"], "×", "plain wall / speculative wall, same run",
+                             given))
+    return replace(worked, identity=f"speculation (identity 5): {label}", inputs=inputs, also=also,
+                   kind="measured")

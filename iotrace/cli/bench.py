@@ -38,6 +38,22 @@ def _temperature(text: str) -> float:
     return value
 
 
+def _gammas(text: str) -> tuple[int, ...]:
+    """``4`` or ``1,2,4,8``: draft lengths, each a whole number from 1 to the draft-verify kernel's 32."""
+    from iotrace.model.spec_bench import MAX_GAMMA
+
+    out = []
+    for part in text.split(","):
+        try:
+            value = int(part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"gamma {part.strip()!r} is not a whole number") from None
+        if not 1 <= value <= MAX_GAMMA:
+            raise argparse.ArgumentTypeError(f"gamma {value} is out of range: draft 1 to {MAX_GAMMA} tokens a step")
+        out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser(
         "bench", help="prefill and decode tok/s of a real model built from iotrace's kernels, beside the walls",
@@ -75,6 +91,14 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="seed of random weights, random prompt tokens and sampling (default 0)")
     bench.add_argument("--temperature", type=_temperature, default=0.0, metavar="T",
                        help="0 (the default): greedy; above 0: sample from softmax(logits / T)")
+    spec = bench.add_argument_group("speculative decoding (batch 1; plain decoding is timed in the same run)")
+    spec.add_argument("--spec", action="append", metavar="DRAFT",
+                      help="ngram (prompt lookup), layerskip:K (the first K layers as the draft) or draft:PATH (a "
+                           "second GGUF with the target's vocabulary); repeat or comma-separate for several")
+    spec.add_argument("--gamma", type=_gammas, default=(1, 2, 4, 8), metavar="N[,N...]",
+                      help="draft tokens per target step, 1 to 32 (default 1,2,4,8)")
+    spec.add_argument("--prompt-set", choices=("spec",),
+                      help="run every shipped speculation prompt (code, prose, chat: iotrace/data/spec_prompts.toml)")
     out = bench.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the result as JSON")
     out.add_argument("--jsonl", action="store_true", help="one JSON line per depth (prefill figures on each)")
@@ -113,6 +137,9 @@ def _request(args: argparse.Namespace):
                                     "pass a readable UTF-8 text file") from None
         if not text.strip():
             raise InvalidValueError(f"the prompt file {args.prompt_file} is empty", "put the prompt text in it")
+        if "\x00" in text:  # valid UTF-8 can still be binary: NUL never appears in text
+            raise InvalidValueError(f"the prompt file {args.prompt_file} is not text (it holds NUL bytes)",
+                                    "pass a UTF-8 text file")
     tokens = args.prompt_tokens
     if args.random_weights is not None:
         from iotrace.model_shapes import model
@@ -149,11 +176,61 @@ def _card(name: str | None):
     return detect(name)
 
 
+def _drafts(values: list[str]) -> tuple[str, ...]:
+    out = []
+    for value in values:
+        out.extend([value] if value.startswith("draft:") else [v.strip() for v in value.split(",") if v.strip()])
+    return tuple(out)
+
+
+def _spec_request(args: argparse.Namespace, request):
+    from iotrace.model.spec_bench import SpecPrompt, SpecRequest, spec_prompts
+
+    if args.batch != 1:
+        raise InvalidValueError(f"--batch {args.batch} with --spec: the speculative loop runs one sequence (each "
+                                "sequence accepts a different number of draft tokens a step)", "drop --batch")
+    if args.random_weights is not None or args.prompt_tokens is not None:
+        raise InvalidValueError("--spec needs real weights and a text prompt: acceptance depends on both",
+                                "drop --random-weights / --prompt-tokens")
+    if args.depth != (0,) or args.kv is not None:
+        raise InvalidValueError("--spec runs at depth 0 in the model's dtype", "drop --depth and --kv")
+    if args.prompt_set is not None:
+        if args.prompt is not None or args.prompt_file is not None:
+            raise InvalidValueError("--prompt-set with --prompt or --prompt-file", "pass one of them")
+        prompts = spec_prompts()
+    else:
+        source = f"--prompt-file {args.prompt_file}" if args.prompt_file is not None else (
+            "--prompt" if args.prompt is not None else "the bench's shipped default prompt")
+        prompts = (SpecPrompt("prompt", "user", source, request.prompt),)
+    drafts = _drafts(args.spec)
+    if not drafts:
+        raise InvalidValueError("--spec names no draft", "use ngram, layerskip:K or draft:PATH")
+    return SpecRequest(drafts=drafts, gammas=args.gamma, prompts=prompts, gen_tokens=args.gen_tokens,
+                       gguf=args.gguf, dtype=args.dtype, kernels=args.kernels, temperature=args.temperature,
+                       seed=args.seed)
+
+
+def _cmd_spec(args: argparse.Namespace, request) -> None:
+    from iotrace.model.spec_bench import run_spec_bench
+    from iotrace.render.speculation import speculation_text
+
+    if args.jsonl or args.markdown:
+        raise InvalidValueError("--spec prints a table or --json", "drop --jsonl / --markdown")
+    spec = _spec_request(args, request)
+    card = _card(args.card)
+    with console().status("bench --spec") as status:
+        data = run_spec_bench(spec, card, progress=lambda text: status.update(f"bench --spec: {text}"))
+    emit(args, data, lambda: print(speculation_text(data), end=""))
+
+
 def _cmd_bench(args: argparse.Namespace) -> None:
     from iotrace.model.measure import run_bench
     from iotrace.render.bench import bench_markdown, print_bench
 
     request = _request(args)
+    if args.spec:
+        _cmd_spec(args, request)
+        return
     card = _card(args.card)
     show = console()
     with show.status("bench") as status:

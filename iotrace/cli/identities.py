@@ -83,8 +83,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     roof.set_defaults(func=_cmd_roofline)
 
     spec = identities.add_parser("spec", help="5. speculation: E[tokens] = (1 − α^(γ+1)) / (1 − α)")
-    spec.add_argument("--alpha", type=si_number, required=True, help="acceptance rate per draft token, 0..1")
-    spec.add_argument("--gamma", type=binary_count, required=True, help="draft tokens per step")
+    spec.add_argument("--alpha", type=si_number, help="acceptance rate per draft token, 0..1")
+    spec.add_argument("--gamma", type=binary_count, help="draft tokens per step")
+    spec.add_argument("--bench", type=Path, metavar="FILE",
+                      help="an `iotrace bench --spec --json` file: work the identity with each run's measured α, "
+                           "γ and c (--gamma picks one γ)")
     spec.add_argument("--draft-cost", type=si_number, metavar="C",
                       help="draft step time over target step time: also give the speedup")
     add_json(spec)
@@ -217,7 +220,42 @@ def _cmd_roofline(args: argparse.Namespace) -> None:
 def _cmd_spec(args: argparse.Namespace) -> None:
     from iotrace.derivations import speculation
 
+    if args.bench is not None:
+        _cmd_spec_bench(args)
+        return
+    if args.alpha is None or args.gamma is None:
+        raise InvalidValueError("iotrace math spec needs --alpha and --gamma, or --bench FILE",
+                                "e.g. iotrace math spec --alpha 0.8 --gamma 4")
     _show(args, speculation(args.alpha, args.gamma, args.draft_cost))
+
+
+def _cmd_spec_bench(args: argparse.Namespace) -> None:
+    import json
+
+    from iotrace.derivations import speculation_measured
+    from iotrace.render.console import print_derivation
+
+    path = args.bench
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        prompts = data["speculation"]["prompts"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InvalidValueError(f"{path} is not an `iotrace bench --spec --json` file ({str(exc)[:80]})",
+                                "run iotrace bench --spec ngram --json > FILE") from None
+    if args.alpha is not None or args.draft_cost is not None:
+        raise InvalidValueError("--bench takes α and c from the file", "drop --alpha and --draft-cost")
+    worked = [speculation_measured(run, f"{prompt['key']} / {draft['draft']} / γ = {run['gamma']}", path.name)
+              for prompt in prompts for draft in prompt["drafts"] for run in draft["runs"]
+              if (args.gamma is None or run["gamma"] == args.gamma)
+              and (run.get("full_alpha") is not None or run.get("alpha") is not None)]
+    if not worked:
+        raise InvalidValueError(f"{path}: no run{f' at γ = {args.gamma}' if args.gamma else ''} measured an α",
+                                "pick a γ the file ran, or a draft that proposed tokens")
+    if getattr(args, "json", False):
+        emit(args, [d.to_dict() for d in worked], lambda: None)
+        return
+    for derivation in worked:
+        print_derivation(console(), derivation)
 
 
 def _cmd_occupancy(args: argparse.Namespace) -> None:

@@ -177,6 +177,56 @@ class Decoder:
         self.lens += 1
         return b.logits
 
+    # --- extend and rollback (speculative decoding) -------------------------------------------------------------
+
+    def extend(self, ids: torch.Tensor) -> torch.Tensor:
+        """Run ``ids`` (B, L) as L new tokens per sequence at the current lengths: K and V written at positions
+        lens..lens+L-1, each new token attending to the cache and causally to the new tokens before it (the
+        bottom-right aligned mask); returns the logits (B, L, V) of every new position. The target's verification
+        forward of speculative decoding: γ draft tokens plus one in one prefill-shaped pass."""
+        c, device, dtype = self.config, self.w.device, self.w.dtype
+        batch, length = ids.shape
+        starts = self.lens.clone()
+        if batch != self.batch or int(starts.max()) + length > self.capacity:
+            raise InvalidValueError(f"extending {self.batch} sequences at {starts.tolist()} by {length} tokens "
+                                    f"overflows the cache of {self.capacity} positions",
+                                    "allocate the decoder with room for the draft tokens")
+        rows = batch * length
+        ids = ids.to(device)
+        positions = (starts[:, None] + torch.arange(length, device=device)[None, :]).reshape(-1)
+        seq = torch.arange(batch, device=device).repeat_interleave(length)
+
+        def empty(*shape: int) -> torch.Tensor:
+            return torch.empty(*shape, dtype=dtype, device=device)
+
+        x = self.w.embed.index_select(0, ids.reshape(-1))
+        h, o = empty(rows, c.hidden), empty(rows, c.hidden)
+        qkv, act = empty(rows, (c.heads + 2 * c.kv_heads) * c.head_dim), empty(rows, c.intermediate)
+        attn = empty(rows, c.heads, c.head_dim)
+        contexts = starts + length
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
+            self.k_cache[i].index_put_((seq, positions), k)
+            self.v_cache[i].index_put_((seq, positions), v)
+            self.ops.cached_attention(q, self.k_cache[i], self.v_cache[i], contexts, length, out)
+
+        with self.ops.range("extend"):
+            self._layers(x, h, qkv, attn, o, act, positions, attend)
+            self.lens.copy_(contexts)
+            logits = empty(rows, c.vocab)
+            self.ops.linear(h, self.w.lm_head, logits)
+            return logits.view(batch, length, c.vocab)
+
+    def rollback(self, lens: torch.Tensor | int) -> None:
+        """Set each sequence's length back to ``lens`` (the tokens a verification rejected are forgotten: their K
+        and V stay in the cache past the length, where no attention reads them, and the next write overwrites
+        them)."""
+        target = torch.as_tensor(lens, dtype=torch.int64, device=self.lens.device).expand_as(self.lens)
+        if bool((target < 0).any()) or bool((target > self.lens).any()):
+            raise InvalidValueError(f"cannot roll lengths {self.lens.tolist()} back to {target.tolist()}",
+                                    "a rollback only forgets tokens already in the cache")
+        self.lens.copy_(target)
+
     def graphed(self) -> bool:
         """Capture the decode step as a CUDA graph (on a GPU; a no-op returning False elsewhere). Call after one
         eager step so every kernel is compiled; each :meth:`decode` then replays it."""

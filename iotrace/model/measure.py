@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from iotrace.model.decoder import Decoder
     from iotrace.model.weights import LlamaWeights
 
-__all__ = ["BenchRequest", "BenchResult", "DepthFigures", "Spread", "copy_bandwidth_bytes_per_s", "run_bench"]
+__all__ = ["BenchRequest", "BenchResult", "DepthFigures", "Spread", "bench_manifest", "copy_bandwidth_bytes_per_s",
+           "device_label", "run_bench"]
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -407,7 +408,17 @@ def _memory(on_gpu: bool) -> dict[str, Any]:
             "note": "" if used is not None else "NVML absent: device memory used is n/a"}
 
 
-def _manifest(request: BenchRequest, card: Card | None) -> dict[str, Any]:
+def device_label(on_gpu: bool) -> str:
+    """The device a run ran on, as the bench's JSON names it."""
+    return _device_label(on_gpu)
+
+
+def bench_manifest(request: Any, card: Card | None) -> dict[str, Any]:
+    """The run's manifest (argv, the request dataclass, card, device, clocks, versions, git), as the bench's."""
+    return _manifest(request, card)
+
+
+def _manifest(request: Any, card: Card | None) -> dict[str, Any]:
     import shlex
 
     from iotrace.trace.profilers.manifest import device_info, git_info, versions

@@ -134,6 +134,27 @@ class Ops:
             "context": k_cache.shape[1], "varlen": 0}, q.dtype)
         self._decode_attention(q, k_cache, v_cache, context_lens, out, config)
 
+    def cached_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                         context_lens: torch.Tensor, new_tokens: int, out: torch.Tensor) -> None:
+        """``new_tokens`` queries per sequence, q (B·L, H, d), over the first context_lens[b] rows of the caches
+        (B, T, H_kv, d), the last L of which are the new tokens: causal with the mask aligned bottom-right (query i
+        sees keys up to context − L + i), as FlashAttention aligns it when queries are fewer than keys. The
+        prefill kernel runs it (its cu_seqlens_q and cu_seqlens_k differ)."""
+        config = self._config("attention-prefill", {
+            "batch": q.shape[0] // new_tokens, "heads": q.shape[1], "kv_heads": k_cache.shape[2],
+            "head_dim": q.shape[2], "seqlen": new_tokens, "causal": 1, "varlen": 1}, q.dtype)
+        self._cached_attention(q, k_cache, v_cache, context_lens, new_tokens, out, config)
+
+    def verify(self, draft: torch.Tensor, lens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
+               greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Speculative decoding's verification (the ``draft-verify`` plugin): draft (B, γ) tokens drawn from q
+        (B, γ, V), the target's probabilities p (B, γ+1, V), uniforms u (B, γ+1), draft lengths (B,); returns the
+        accepted counts and the emitted tokens, (B,) int32 each."""
+        config = self._config("draft-verify", {"batch": draft.shape[0], "gamma": draft.shape[1],
+                                               "vocab": p.shape[-1], "greedy": int(greedy), "varlen": 1,
+                                               "logits": 0}, torch.float32)
+        return self._verify(draft, lens, q, p, u, greedy, config)
+
     def _scratch(self, shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         # The decode step's scratch (the lse it does not use): one per shape, allocated once, so a captured CUDA
         # graph and every later step write the same memory.
@@ -162,6 +183,12 @@ class Ops:
         raise NotImplementedError
 
     def _decode_attention(self, q, k_cache, v_cache, context_lens, out, config) -> None:
+        raise NotImplementedError
+
+    def _cached_attention(self, q, k_cache, v_cache, context_lens, new_tokens, out, config) -> None:
+        raise NotImplementedError
+
+    def _verify(self, draft, lens, q, p, u, greedy, config) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
 
@@ -221,6 +248,16 @@ class TorchOps(Ops):
     def _decode_attention(self, q, k_cache, v_cache, context_lens, out, config) -> None:
         for b, length in enumerate(context_lens.tolist()):
             out[b] = self._attend(q[b:b + 1], k_cache[b, :length], v_cache[b, :length], causal=False)[0]
+
+    def _cached_attention(self, q, k_cache, v_cache, context_lens, new_tokens, out, config) -> None:
+        for b, length in enumerate(context_lens.tolist()):
+            rows = slice(b * new_tokens, (b + 1) * new_tokens)
+            out[rows] = self._attend(q[rows], k_cache[b, :length], v_cache[b, :length], causal=True)
+
+    def _verify(self, draft, lens, q, p, u, greedy, config) -> tuple[torch.Tensor, torch.Tensor]:
+        from iotrace.kernels.draft_verify import verify_reference
+
+        return verify_reference(draft, lens, q, p, u, greedy)
 
 
 class TritonOps(Ops):
@@ -301,6 +338,34 @@ class TritonOps(Ops):
         lse = self._scratch((q.shape[0], q.shape[1]), torch.float32, q.device)
         with self._in_range("attention-decode", config):
             flash_decode(q, k_cache, v_cache, context_lens, out, lse, config, validate=False)
+
+    def _cached_attention(self, q, k_cache, v_cache, context_lens, new_tokens, out, config) -> None:
+        from iotrace.kernels.attention_prefill import flash_prefill
+
+        # The kernel takes packed keys: one sequence's cache rows are already contiguous (T, H_kv, d); more are
+        # gathered. Its causal mask is aligned bottom-right (shift = k_len − q_len), what the new tokens need.
+        batch = context_lens.shape[0]
+        lens = context_lens.tolist()
+        if batch == 1:
+            k, v = k_cache[0, :lens[0]], v_cache[0, :lens[0]]
+        else:
+            k = torch.cat([k_cache[b, :n] for b, n in enumerate(lens)])
+            v = torch.cat([v_cache[b, :n] for b, n in enumerate(lens)])
+        cu_q = torch.arange(0, batch * new_tokens + 1, new_tokens, dtype=torch.int32, device=q.device)
+        cu_k = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=q.device)
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+        with self._in_range("attention-prefill", config):
+            flash_prefill(q, k, v, cu_q, cu_k, new_tokens, out, lse, True, config, validate=False)
+
+    def _verify(self, draft, lens, q, p, u, greedy, config) -> tuple[torch.Tensor, torch.Tensor]:
+        from iotrace.kernels.draft_verify import verify
+
+        accepted = torch.empty(draft.shape[0], dtype=torch.int32, device=draft.device)
+        token = torch.empty_like(accepted)
+        with self._in_range("draft-verify", config):
+            verify(draft.int(), lens.int(), q.float().contiguous(), p.float().contiguous(), u.float().contiguous(),
+                   accepted, token, greedy, config, validate=False)
+        return accepted, token
 
 
 def make_ops(kind: str, card: Card | None, nvtx: bool = True) -> Ops:

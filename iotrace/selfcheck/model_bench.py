@@ -111,6 +111,45 @@ def run_benches(step: Step, card: Card, gpu: bool, quick: bool, out_of_time: Cal
                 continue
             step.rows.append({"case": f"llama-3-8b b1 {label}", "decode_tok_s": theirs, "ours_over_theirs":
                               ours / theirs})
+    if gpu:
+        _speculation(step, card, quick, out_of_time, failures)
     if failures:
         step.fail("; ".join(failures))
     return step
+
+
+#: The GPU speculation case: the pinned model, prompt lookup and a layer-skipping draft, a few γ, the shipped
+#: code/prose/chat prompts, plain decoding timed in the same run.
+SPEC_CASE = {"drafts": ("ngram", "layerskip:24"), "gammas": (1, 2, 4, 8), "gen_tokens": 64}
+
+
+def _speculation(step: Step, card: Card, quick: bool, out_of_time: Callable[[], bool], failures: list[str]) -> None:
+    """Speculative decoding's wall-clock speedup over plain decoding, with α, per prompt, draft and γ (GPU only:
+    the CPU's exactness checks are tests/test_speculate.py)."""
+    from iotrace.errors import IotraceError
+    from iotrace.model.spec_bench import SpecRequest, run_spec_bench, spec_prompts
+
+    if out_of_time():
+        step.rows.append({"case": "speculation", "skipped": "the time budget ran out"})
+        return
+    fields = dict(SPEC_CASE, gammas=(1, 4)) if quick else SPEC_CASE
+    try:
+        data = run_spec_bench(SpecRequest(prompts=spec_prompts(), **fields), card)
+    except (IotraceError, RuntimeError) as exc:
+        failures.append(f"speculation: {' '.join(str(exc).split())[:200]}")
+        step.rows.append({"case": "speculation", "failed": failures[-1]})
+        return
+    for prompt in data["speculation"]["prompts"]:
+        for draft in prompt["drafts"]:
+            for r in draft["runs"]:
+                step.rows.append({"case": f"speculation {prompt['key']} {draft['draft']} γ={r['gamma']}",
+                                  "device": data["device"], "kernels": data["kernels"], "alpha": r["alpha"],
+                                  "tokens_per_step": r["tokens_per_step"],
+                                  "identity5_tokens_per_step": r["identity5_tokens_per_step"],
+                                  "draft_cost": r["draft_cost"], "speedup": r["speedup"],
+                                  "identity5_speedup": r["identity5_speedup"],
+                                  "identical_to_plain": r["identical_to_plain"],
+                                  "plain_step_ms": prompt["plain"]["step_ms"]})
+                if r["identical_to_plain"] is False:
+                    failures.append(f"speculation {prompt['key']} {draft['draft']} γ={r['gamma']}: greedy "
+                                    "output differs from plain decoding")

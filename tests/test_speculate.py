@@ -1,0 +1,193 @@
+"""Speculative decoding on the real pinned model (SmolLM2-135M Q4_1, fp32, the torch path).
+
+References no one here wrote: plain greedy decoding of the same model (speculative greedy output must equal it
+token for token, Leviathan et al. 2023 section 2.3), the target's own softmax (sampled output must follow it:
+Theorem 3.5, checked by a chi-square test), prefill's logits (extend and rollback must reproduce them), and the
+pinned model as its own draft (it must accept every draft token).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("gguf", reason="the model tests need iotrace[model] (make setup installs it)")
+pytest.importorskip("transformers", reason="the model tests need iotrace[model]")
+
+from iotrace.model.decoder import Decoder
+from iotrace.model.drafts import ModelDraft, NgramDraft, layerskip_weights, make_draft, ngram_lookup
+from iotrace.model.gguf_file import MissingModelDependencyError, open_gguf, pinned_gguf
+from iotrace.model.ops import TorchOps
+from iotrace.model.spec_bench import acceptance_figures, spec_prompts
+from iotrace.model.speculate import plain_generate, speculative_generate
+from iotrace.model.weights import from_gguf
+
+pytestmark = pytest.mark.slow
+
+#: Tokens per greedy comparison: short, so every prompt at every γ in 1..8 for two drafts fits the time budget.
+TOKENS = 6
+GAMMAS = range(1, 9)
+#: A small layer-skipping draft: cheap on the CPU, and wrong often enough that rejections and rollbacks happen.
+SMALL_LAYERSKIP = 4
+
+
+def _pinned():
+    try:
+        return pinned_gguf()
+    except MissingModelDependencyError as exc:
+        pytest.skip(f"the pinned model is not installed: {exc}")
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return from_gguf(open_gguf(_pinned()), torch.float32, "cpu")
+
+
+@pytest.fixture(scope="module")
+def prompts() -> dict[str, list[int]]:
+    from iotrace.model.tokenizer import gguf_tokenizer
+
+    tokenizer = gguf_tokenizer(_pinned())
+    return {p.key: list(tokenizer.encode(p.text, add_special_tokens=False)) for p in spec_prompts()}
+
+
+def _capacity(prompts: dict[str, list[int]]) -> int:
+    return max(len(p) for p in prompts.values()) + TOKENS + max(GAMMAS) + 2
+
+
+def test_ngram_lookup_takes_the_most_recent_longest_match() -> None:
+    context = [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 2, 3]
+    assert ngram_lookup(context, 2, max_n=3, min_n=2) == [7, 8]   # "2 3" last seen before 7 8, not before 9 9
+    assert ngram_lookup([5, 1, 2, 3, 4, 6, 1, 2, 3], 3, max_n=4) == [4, 6, 1]  # "1 2 3" matches at n = 3
+    assert ngram_lookup([1, 2, 3, 4], 4) == []
+
+
+def test_extend_then_rollback_then_decode_equals_plain_decoding(weights, prompts) -> None:
+    """K and V written by a rejected extension must be invisible: decode after rollback gives the logits of a decoder
+    that never saw the rejected tokens, and extend's logits at each position are prefill's."""
+    ids = prompts["prose"]
+    plain = Decoder(weights, TorchOps(), 1, len(ids) + 8)
+    reference = plain.prefill(torch.tensor([[*ids, 11, 12, 13]]), all_logits=True)[0]
+    spec = Decoder(weights, TorchOps(), 1, len(ids) + 8)
+    spec.prefill(torch.tensor([ids]))
+    extended = spec.extend(torch.tensor([[11, 12, 13]]))[0]
+    torch.testing.assert_close(extended, reference[-3:], atol=2e-3, rtol=0)
+    spec.rollback(len(ids) + 1)                                   # keep 11, forget 12 and 13
+    after = spec.decode(torch.tensor([42]))[0].clone()
+    plain.prefill(torch.tensor([[*ids, 11]]))
+    expected = plain.decode(torch.tensor([42]))[0]
+    torch.testing.assert_close(after, expected, atol=2e-3, rtol=0)
+    assert int(spec.lens[0]) == int(plain.lens[0]) == len(ids) + 2
+
+
+@pytest.mark.parametrize("draft_name", ["ngram", f"layerskip:{SMALL_LAYERSKIP}"])
+def test_greedy_speculation_is_token_identical_for_every_prompt_and_gamma(weights, prompts, draft_name) -> None:
+    ops = TorchOps()
+    target = Decoder(weights, ops, 1, _capacity(prompts))
+    draft = make_draft(draft_name, weights, None, ops, _capacity(prompts))
+    pooled: dict[int, list[tuple[int, int]]] = {}
+    for key, ids in prompts.items():
+        plain = plain_generate(target, ids, TOKENS).tokens
+        for gamma in GAMMAS:
+            run = speculative_generate(target, draft, ids, TOKENS, gamma)
+            assert run.tokens == plain, f"{key}, {draft_name}, γ = {gamma}"
+            assert sum(s.accepted + 1 for s in run.steps) >= TOKENS - 1
+            pooled.setdefault(gamma, []).extend((s.proposed, s.accepted) for s in run.steps)
+    # Something was proposed and something rejected, so acceptance and rollback both ran.
+    steps = [s for rows in pooled.values() for s in rows]
+    assert any(n > 0 for n, _ in steps) and any(a < n for n, a in steps)
+
+
+def test_the_target_as_its_own_draft_accepts_every_token(prompts) -> None:
+    """draft:PATH with the pinned GGUF itself: q = p, so greedy verification accepts all γ every step."""
+    path = _pinned()
+    target_weights = from_gguf(open_gguf(path), torch.float32, "cpu")
+    ops = TorchOps()
+    target = Decoder(target_weights, ops, 1, _capacity(prompts))
+    draft = make_draft(f"draft:{path}", target_weights, path, ops, _capacity(prompts))
+    ids = prompts["chat"]
+    count = 1 + 2 * 5  # the prefill's token, then two steps of γ = 4 accepted tokens and the bonus
+    run = speculative_generate(target, draft, ids, count, 4)
+    assert run.tokens == plain_generate(target, ids, count).tokens
+    figures = acceptance_figures([(s.proposed, s.accepted) for s in run.steps], 4)
+    assert figures["alpha"] == 1.0 and figures["tokens_per_step"] == 5.0 and len(run.steps) == 2
+
+
+def _chi_square_p_value(counts: torch.Tensor, expected: torch.Tensor) -> float:
+    """Pearson's statistic and its upper-tail probability, Q(k/2, x/2) with k = bins − 1 (the regularised upper
+    incomplete gamma function: scipy is not a dependency)."""
+    statistic = float(((counts - expected) ** 2 / expected).sum())
+    dof = counts.numel() - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                         torch.tensor(statistic / 2, dtype=torch.float64)))
+
+
+#: (prompt, draft layers) where the layer-skipping draft's q overlaps the target's p by Σ min(p, q) ≈ 0.33 and 0.07
+#: (measured): both the acceptance and the residual path run often.
+CHI_SQUARE_CASES = [("code", 16), ("prose", 28)]
+
+
+@pytest.mark.parametrize(("prompt_key", "layers"), CHI_SQUARE_CASES)
+def test_sampled_speculation_emits_the_targets_distribution(weights, prompts, prompt_key, layers) -> None:
+    """At a fixed position of the real model: p from the target, q from a layer-skipping draft (far from p, so
+    both the accept and the residual paths run), a draft token x ~ q and the verify rule on N copies with fresh
+    uniforms; the first emitted token must follow p (chi-square over the tokens expected ≥ 5 times, the rest
+    pooled)."""
+    ids = prompts[prompt_key]
+    target = Decoder(weights, TorchOps(), 1, len(ids) + 2)
+    p = torch.softmax(target.prefill(torch.tensor([ids]))[0].double(), -1)
+    small = Decoder(layerskip_weights(weights, layers), TorchOps(), 1, len(ids) + 2)
+    q = torch.softmax(small.prefill(torch.tensor([ids]))[0].double(), -1)
+    gen = torch.Generator().manual_seed(1234)
+    copies, chunk, vocab = 4000, 500, p.shape[0]
+    emitted, accepted_total = [], 0
+    for _ in range(copies // chunk):
+        draft = torch.multinomial(q.float(), chunk, replacement=True, generator=gen)[:, None]  # (N, 1)
+        u = torch.rand(chunk, 2, generator=gen, dtype=torch.float64)
+        pp = torch.stack([p, p])[None].expand(chunk, 2, vocab)
+        qq = q[None, None].expand(chunk, 1, vocab)
+        accepted, token = TorchOps().verify(draft, torch.ones(chunk, dtype=torch.long), qq, pp, u, greedy=False)
+        first = torch.where(accepted == 1, draft[:, 0], token.long())
+        emitted.append(first)
+        accepted_total += int(accepted.sum())
+    emitted_all = torch.cat(emitted)
+    rate = accepted_total / copies
+    overlap = float(torch.minimum(p, q).sum())  # P(accept) = Σ min(p, q) (Leviathan et al. 2023, Lemma 3.3)
+    assert 0.04 < rate < 0.95 and abs(rate - overlap) < 4 * math.sqrt(overlap * (1 - overlap) / copies)
+    frequent = torch.nonzero(p * copies >= 5).flatten()
+    counts = torch.bincount(emitted_all, minlength=vocab).double()
+    observed = torch.cat([counts[frequent], (counts.sum() - counts[frequent].sum())[None]])
+    expected = torch.cat([p[frequent], (1 - p[frequent].sum())[None]]) * copies
+    assert frequent.numel() >= 3
+    assert _chi_square_p_value(observed, expected) > 1e-3
+
+
+def test_identity_5_holds_where_acceptance_is_iid() -> None:
+    """acceptance_figures against identity 5 on step records drawn i.i.d. at α = 0.6 (the formula's own case),
+    and the estimator on a hand-counted case."""
+    gen = torch.Generator().manual_seed(7)
+    gamma, alpha = 4, 0.6
+    steps = []
+    for _ in range(2000):
+        a = 0
+        while a < gamma and float(torch.rand(1, generator=gen)) < alpha:
+            a += 1
+        steps.append((gamma, a))
+    figures = acceptance_figures(steps, gamma)
+    assert abs(figures["alpha"] - alpha) < 0.02 and figures["identity5_within_3se"]
+    assert all(abs(c["p"] - alpha) < 0.05 for c in figures["curve"])
+    hand = acceptance_figures([(4, 4), (4, 1), (2, 0), (0, 0)], 4)
+    # accepted 5 of attempted 4 + 2 + 1 + 0 = 7 positions; position 1 reached by 3 steps, accepted by 2
+    assert hand["alpha"] == 5 / 7 and hand["curve"][0] == {"position": 1, "reached": 3, "accepted": 2, "p": 2 / 3}
+    assert hand["tokens_per_step"] == (5 + 2 + 1 + 1) / 4 and hand["full_steps"] == 2
+
+
+def test_model_draft_rolls_its_cache_back_to_the_shared_prefix(weights, prompts) -> None:
+    ids = prompts["code"]
+    draft = ModelDraft("layerskip", layerskip_weights(weights, SMALL_LAYERSKIP), TorchOps(), len(ids) + 16)
+    first = draft.propose(ids, 3, 0.0, None)
+    again = draft.propose(ids, 3, 0.0, None)               # same context after a rejection of everything
+    assert first.tokens == again.tokens and int(draft.decoder.lens[0]) == len(ids) + 2
+    assert NgramDraft(weights.config.vocab, "cpu").propose(ids + ids[:3], 4, 0.0, None).tokens == ids[3:7]
