@@ -191,3 +191,58 @@ def test_model_draft_rolls_its_cache_back_to_the_shared_prefix(weights, prompts)
     again = draft.propose(ids, 3, 0.0, None)               # same context after a rejection of everything
     assert first.tokens == again.tokens and int(draft.decoder.lens[0]) == len(ids) + 2
     assert NgramDraft(weights.config.vocab, "cpu").propose(ids + ids[:3], 4, 0.0, None).tokens == ids[3:7]
+
+
+def test_the_triton_path_extends_and_verifies_like_the_torch_path_under_the_interpreter() -> None:
+    """The GPU path of one speculative step, run by the Triton interpreter on a tiny random Llama: ``extend`` through
+    the prefill kernel with fewer queries than keys (its causal mask aligned bottom-right, one sequence and two),
+    a rollback and a second extend, and the draft-verify kernel's greedy decision, against the torch path."""
+    from iotrace.cards import lookup
+    from iotrace.kernels.backend import interpreting
+    from iotrace.model.gguf_file import LlamaConfig
+    from iotrace.model.ops import TritonOps
+    from iotrace.model.weights import random_weights
+
+    if not interpreting():
+        pytest.skip("runs the Triton interpreter on a CPU; on a GPU `iotrace selfcheck` step 6 runs --spec")
+    config = LlamaConfig(name="tiny", layers=1, hidden=128, heads=2, kv_heads=1, head_dim=64, intermediate=96,
+                         vocab=128, rope_theta=10000.0, rms_eps=1e-5, context_length=64, tied_embeddings=False,
+                         rope_interleaved=False)
+    w32 = random_weights(config, torch.float32, "cpu", seed=7)
+    w16 = _in_dtype(w32, torch.float16)
+    gen = torch.Generator().manual_seed(11)
+    for batch in (1, 2):
+        prompt = torch.randint(0, config.vocab, (batch, 6), generator=gen)
+        new = torch.randint(0, config.vocab, (batch, 4), generator=gen)
+        ref, tri = Decoder(w32, TorchOps(), batch, 16), Decoder(w16, TritonOps(lookup("h100"), nvtx=False), batch, 16)
+        ref.prefill(prompt)
+        tri.prefill(prompt)
+        expected, got = ref.extend(new), tri.extend(new).float()
+        scale = expected.abs().max().item()
+        assert (got - expected).abs().max().item() < 2e-2 * scale, f"batch {batch}: extend"
+        ref.rollback(7)
+        tri.rollback(7)
+        expected, got = ref.extend(new[:, 1:3]), tri.extend(new[:, 1:3]).float()
+        assert (got - expected).abs().max().item() < 2e-2 * scale, f"batch {batch}: extend after a rollback"
+    # Greedy verification of γ = 1 from the last extend's two rows (the draft row and the bonus row): the first
+    # sequence's draft is the target's argmax (accepted), the second's is not (rejected); kernel and reference agree.
+    p = torch.softmax(expected.double(), -1).float()
+    best = p[:, 0].argmax(-1)
+    draft = torch.stack([best[0], (best[1] + 1) % config.vocab]).view(2, 1)
+    q = torch.full((2, 1, config.vocab), 1.0 / config.vocab)
+    u = torch.rand(2, 2, generator=gen)
+    lens = torch.ones(2, dtype=torch.int64)
+    accepted, token = TritonOps(lookup("h100"), nvtx=False).verify(draft, lens, q, p, u, greedy=True)
+    want_accepted, want_token = TorchOps().verify(draft, lens, q, p, u, greedy=True)
+    assert accepted.tolist() == want_accepted.tolist() == [1, 0]
+    assert token.tolist() == want_token.tolist() == [int(p[0, 1].argmax()), int(best[1])]
+
+
+def _in_dtype(weights, dtype: torch.dtype):
+    """The same weights in another dtype (the Triton path runs fp16)."""
+    import dataclasses
+
+    cast = {name: getattr(weights, name).to(dtype) for name in ("embed", "norm", "lm_head")}
+    layers = [dataclasses.replace(layer, **{k: v.to(dtype) for k, v in vars(layer).items()})
+              for layer in weights.layers]
+    return dataclasses.replace(weights, layers=layers, **cast)
