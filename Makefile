@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 tour: $(STAMP)
 	$(BIN)/iotrace tour
 
-# The whole suite: about 25 minutes on two cores once .venv exists (23 min 7 s measured in a clean clone; the
+# The whole suite: about 38 minutes on two cores once .venv exists (36 min 7 s measured in a clean clone; the
 # first run adds the venv build, about a minute).
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
