@@ -240,8 +240,9 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
     dtype = _DTYPES[dtype_name]
     kv = request.kv or dtype_name
     if kv == "int8":
-        raise InvalidValueError("--kv int8 is not wired into the model bench yet; the INT8 KV kernel runs as "
-                                "`iotrace run attention-decode-int8`", "use --kv fp16 or bf16 (the model's dtype)")
+        raise InvalidValueError("--kv int8 is not wired into the timed model bench yet; its quality on this model is "
+                                "`iotrace quant --kv`, its kernel runs as `iotrace run attention-decode-int8`",
+                                "use --kv fp16 or bf16 (the model's dtype)")
     if kv != dtype_name:
         raise InvalidValueError(f"--kv {kv} with --dtype {dtype_name}: the decode kernel reads the cache in the "
                                 "model's dtype", f"pass --dtype {kv} to run both in {kv}")
