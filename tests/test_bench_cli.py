@@ -124,7 +124,7 @@ def test_a_truncated_gguf_is_refused_before_loading(tmp_path: Path) -> None:
     (("--random-weights", "llama-3-8b", "--prompt", "hi"), ("random weights have no tokenizer", "--prompt-tokens")),
     (("--random-weights", "llama-9"), ("llama-9",)),
     (("--model", "gpt-4"), ("is not the pinned model",)),
-    (("--kv", "int8"), ("--kv int8 is not wired",)),
+    (("--kv", "int8"), ("--kv int8 is not wired into the timed model bench", "iotrace quant --kv")),
     (("--dtype", "fp32", "--kv", "fp16"), ("--kv fp16 with --dtype fp32",)),
     (("--depth", "-3"), ("depth",)),
     (("--gen-tokens", "0"), ("--gen-tokens",)),
