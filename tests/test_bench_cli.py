@@ -10,18 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import pinned_model, run_cli
 
 gguf = pytest.importorskip("gguf", reason="the bench needs iotrace[model] (make setup installs it)")
-
-
-def _pinned() -> Path:
-    from iotrace.model.gguf_file import MissingModelDependencyError, pinned_gguf
-
-    try:
-        return pinned_gguf()
-    except MissingModelDependencyError as exc:
-        pytest.skip(f"the pinned model is not installed: {exc}")
 
 
 def _error(result, *needles: str) -> None:
@@ -114,7 +105,7 @@ def test_bad_gguf_files_are_one_line_errors(tmp_path: Path, make, needles) -> No
 
 def test_a_truncated_gguf_is_refused_before_loading(tmp_path: Path) -> None:
     cut = tmp_path / "cut.gguf"
-    with _pinned().open("rb") as src:
+    with pinned_model().open("rb") as src:
         cut.write_bytes(src.read(40_000_000))  # the header and the first tensors, not the rest
     _error(run_cli("bench", "--gguf", str(cut)), "cut.gguf", "truncated")
 
@@ -136,7 +127,7 @@ def test_bad_requests_are_one_line_errors(args: tuple[str, ...], needles: tuple[
 
 @pytest.mark.slow
 def test_a_prompt_longer_than_the_context_is_refused() -> None:
-    _pinned()
+    pinned_model()
     _error(run_cli("bench", "--prompt-tokens", "9000"), "9000", "context of 8192")
 
 

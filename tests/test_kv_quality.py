@@ -35,12 +35,13 @@ from iotrace.kernels.int8_kv import (
     quantize_reference,
 )
 from iotrace.model.decoder import Decoder
-from iotrace.model.gguf_file import MissingModelDependencyError, open_gguf, pinned_gguf
+from iotrace.model.gguf_file import open_gguf
 from iotrace.model.kv_quality import KVCacheOps, kv_quality, parse_schemes, scheme_key
 from iotrace.model.quality import teacher_forced_logits, text_ids
 from iotrace.model.tokenizer import gguf_tokenizer
 from iotrace.model.weights import from_gguf
 from iotrace.render.kv_quality import kv_layer_rows, kv_section_rows
+from tests.conftest import pinned_model
 
 pytestmark = pytest.mark.slow
 
@@ -52,10 +53,7 @@ SLICE, CALIBRATION = 384, 128
 
 @pytest.fixture(scope="module")
 def model():
-    try:
-        path = pinned_gguf()
-    except MissingModelDependencyError as exc:
-        pytest.skip(f"the pinned model is not installed: {exc}")
+    path = pinned_model()
     return from_gguf(open_gguf(path), torch.float32, "cpu"), gguf_tokenizer(path)
 
 

@@ -19,10 +19,11 @@ pytest.importorskip("gguf", reason="the model tests need iotrace[model] (make se
 transformers = pytest.importorskip("transformers", reason="the model tests need iotrace[model]")
 
 from iotrace.model.decoder import Decoder  # noqa: E402
-from iotrace.model.gguf_file import MissingModelDependencyError, open_gguf, pinned_gguf  # noqa: E402
+from iotrace.model.gguf_file import open_gguf  # noqa: E402
 from iotrace.model.ops import TorchOps  # noqa: E402
 from iotrace.model.prompts import shipped_prompts  # noqa: E402
 from iotrace.model.weights import LlamaWeights, from_gguf  # noqa: E402
+from tests.conftest import pinned_model  # noqa: E402
 
 #: Logits of the two fp32 implementations differ by summation order only: measured max |Δ| ≈ 1e-4 on logits of
 #: magnitude ~20; 2e-3 leaves room and still fails on any real error (a wrong RoPE pair moves logits by whole units).
@@ -32,16 +33,9 @@ GREEDY_TOKENS = 32
 pytestmark = pytest.mark.slow
 
 
-def _pinned():
-    try:
-        return pinned_gguf()
-    except MissingModelDependencyError as exc:
-        pytest.skip(f"the pinned model is not installed: {exc}")
-
-
 @pytest.fixture(scope="module")
 def gguf_model():
-    return open_gguf(_pinned())
+    return open_gguf(pinned_model())
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import torch
 
 from iotrace.errors import InvalidValueError
 from iotrace.model import quant_formats as qf
+from tests.conftest import pinned_model
 
 gguf = pytest.importorskip("gguf", reason="the gguf reference needs iotrace[model] (make setup installs it)")
 from gguf import quants as gq  # noqa: E402
@@ -45,12 +46,9 @@ def test_gguf_types_bit_exact_with_gguf_package(key: str, spread: float) -> None
 @pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(GGUF_TYPES))
 def test_gguf_types_bit_exact_on_a_real_tensor(key: str) -> None:
-    from iotrace.model.gguf_file import MissingModelDependencyError, open_gguf, pinned_gguf
+    from iotrace.model.gguf_file import open_gguf
 
-    try:
-        model = open_gguf(pinned_gguf())
-    except MissingModelDependencyError as exc:
-        pytest.skip(f"the pinned model is not installed: {exc}")
+    model = open_gguf(pinned_model())
     w = torch.from_numpy(model.tensor("blk.3.ffn_down.weight").copy())
     ours, ref = qf.parse_format(key).quantise(w), _gguf_round_trip(w, GGUF_TYPES[key])
     if key != "mxfp4":

@@ -23,12 +23,12 @@ pytest.importorskip("transformers", reason="the model tests need iotrace[model]"
 
 from iotrace.cards import lookup
 from iotrace.errors import InvalidValueError
-from iotrace.model.gguf_file import MissingModelDependencyError, open_gguf, pinned_gguf
+from iotrace.model.gguf_file import open_gguf, pinned_gguf
 from iotrace.model.ops import TorchOps
 from iotrace.model.quality import quality_drop, reference_text, teacher_forced_logits, text_ids
 from iotrace.model.quant_formats import parse_format, parse_formats
 from iotrace.model.quant_lab import load_baseline, quantise_weights, run_lab
-from tests.conftest import run_cli
+from tests.conftest import pinned_model, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -38,10 +38,7 @@ FORMATS = "q4_1,int8-channel,int4-sym-g64"
 
 @pytest.fixture(scope="module")
 def baseline():
-    try:
-        pinned_gguf()
-    except MissingModelDependencyError as exc:
-        pytest.skip(f"the pinned model is not installed: {exc}")
+    pinned_model()
     return load_baseline()
 
 

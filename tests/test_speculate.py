@@ -18,11 +18,12 @@ pytest.importorskip("transformers", reason="the model tests need iotrace[model]"
 
 from iotrace.model.decoder import Decoder
 from iotrace.model.drafts import ModelDraft, NgramDraft, layerskip_weights, make_draft, ngram_lookup
-from iotrace.model.gguf_file import MissingModelDependencyError, open_gguf, pinned_gguf
+from iotrace.model.gguf_file import open_gguf
 from iotrace.model.ops import TorchOps
 from iotrace.model.spec_bench import acceptance_figures, spec_prompts
 from iotrace.model.speculate import plain_generate, speculative_generate
 from iotrace.model.weights import from_gguf
+from tests.conftest import pinned_model
 
 pytestmark = pytest.mark.slow
 
@@ -33,23 +34,16 @@ GAMMAS = range(1, 9)
 SMALL_LAYERSKIP = 4
 
 
-def _pinned():
-    try:
-        return pinned_gguf()
-    except MissingModelDependencyError as exc:
-        pytest.skip(f"the pinned model is not installed: {exc}")
-
-
 @pytest.fixture(scope="module")
 def weights():
-    return from_gguf(open_gguf(_pinned()), torch.float32, "cpu")
+    return from_gguf(open_gguf(pinned_model()), torch.float32, "cpu")
 
 
 @pytest.fixture(scope="module")
 def prompts() -> dict[str, list[int]]:
     from iotrace.model.tokenizer import gguf_tokenizer
 
-    tokenizer = gguf_tokenizer(_pinned())
+    tokenizer = gguf_tokenizer(pinned_model())
     return {p.key: list(tokenizer.encode(p.text, add_special_tokens=False)) for p in spec_prompts()}
 
 
@@ -102,7 +96,7 @@ def test_greedy_speculation_is_token_identical_for_every_prompt_and_gamma(weight
 
 def test_the_target_as_its_own_draft_accepts_every_token(prompts) -> None:
     """draft:PATH with the pinned GGUF itself: q = p, so greedy verification accepts all γ every step."""
-    path = _pinned()
+    path = pinned_model()
     target_weights = from_gguf(open_gguf(path), torch.float32, "cpu")
     ops = TorchOps()
     target = Decoder(target_weights, ops, 1, _capacity(prompts))
