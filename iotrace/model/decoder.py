@@ -102,12 +102,22 @@ class Decoder:
                 following = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.norm
                 ops.rmsnorm(o, following, h, eps, residual=x)
 
+    def _empty(self, *shape: int) -> torch.Tensor:
+        return torch.empty(*shape, dtype=self.w.dtype, device=self.w.device)
+
+    def _activations(self, rows: int) -> tuple[torch.Tensor, ...]:
+        """The per-row buffers of a multi-token forward (prefill, extend): h, o, qkv, act, attn."""
+        c = self.config
+        return (self._empty(rows, c.hidden), self._empty(rows, c.hidden),
+                self._empty(rows, (c.heads + 2 * c.kv_heads) * c.head_dim), self._empty(rows, c.intermediate),
+                self._empty(rows, c.heads, c.head_dim))
+
     # --- prefill -----------------------------------------------------------------------------------------------
 
     def prefill(self, ids: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
         """Run the prompts ``ids`` (B, L) from position 0 into an empty cache; returns the logits (B, V) of each
         sequence's last position, or (B, L, V) with ``all_logits``."""
-        c, device, dtype = self.config, self.w.device, self.w.dtype
+        c, device = self.config, self.w.device
         batch, length = ids.shape
         if batch != self.batch or length > self.capacity:
             raise InvalidValueError(f"a prefill of {tuple(ids.shape)} does not fit {self.batch} sequences of "
@@ -116,14 +126,8 @@ class Decoder:
         ids = ids.to(device)
         positions = torch.arange(length, device=device).repeat(batch)
         cu = torch.arange(0, rows + 1, length, dtype=torch.int32, device=device)
-
-        def empty(*shape: int) -> torch.Tensor:
-            return torch.empty(*shape, dtype=dtype, device=device)
-
         x = self.w.embed.index_select(0, ids.reshape(-1))
-        h, o = empty(rows, c.hidden), empty(rows, c.hidden)
-        qkv, act = empty(rows, (c.heads + 2 * c.kv_heads) * c.head_dim), empty(rows, c.intermediate)
-        attn = empty(rows, c.heads, c.head_dim)
+        h, o, qkv, act, attn = self._activations(rows)
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
             self.k_cache[i, :, :length] = k.view(batch, length, c.kv_heads, c.head_dim)
@@ -134,11 +138,11 @@ class Decoder:
             self._layers(x, h, qkv, attn, o, act, positions, attend)
             self.lens.fill_(length)
             if all_logits:
-                logits = empty(rows, c.vocab)
+                logits = self._empty(rows, c.vocab)
                 self.ops.linear(h, self.w.lm_head, logits)
                 return logits.view(batch, length, c.vocab)
             last = h.view(batch, length, c.hidden)[:, -1].contiguous()
-            logits = empty(batch, c.vocab)
+            logits = self._empty(batch, c.vocab)
             self.ops.linear(last, self.w.lm_head, logits)
             return logits
 
@@ -184,7 +188,7 @@ class Decoder:
         lens..lens+L-1, each new token attending to the cache and causally to the new tokens before it (the
         bottom-right aligned mask); returns the logits (B, L, V) of every new position. The target's verification
         forward of speculative decoding: γ draft tokens plus one in one prefill-shaped pass."""
-        c, device, dtype = self.config, self.w.device, self.w.dtype
+        c, device = self.config, self.w.device
         batch, length = ids.shape
         starts = self.lens.clone()
         if batch != self.batch or int(starts.max()) + length > self.capacity:
@@ -195,14 +199,8 @@ class Decoder:
         ids = ids.to(device)
         positions = (starts[:, None] + torch.arange(length, device=device)[None, :]).reshape(-1)
         seq = torch.arange(batch, device=device).repeat_interleave(length)
-
-        def empty(*shape: int) -> torch.Tensor:
-            return torch.empty(*shape, dtype=dtype, device=device)
-
         x = self.w.embed.index_select(0, ids.reshape(-1))
-        h, o = empty(rows, c.hidden), empty(rows, c.hidden)
-        qkv, act = empty(rows, (c.heads + 2 * c.kv_heads) * c.head_dim), empty(rows, c.intermediate)
-        attn = empty(rows, c.heads, c.head_dim)
+        h, o, qkv, act, attn = self._activations(rows)
         contexts = starts + length
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
@@ -213,7 +211,7 @@ class Decoder:
         with self.ops.range("extend"):
             self._layers(x, h, qkv, attn, o, act, positions, attend)
             self.lens.copy_(contexts)
-            logits = empty(rows, c.vocab)
+            logits = self._empty(rows, c.vocab)
             self.ops.linear(h, self.w.lm_head, logits)
             return logits.view(batch, length, c.vocab)
 
