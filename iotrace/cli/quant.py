@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from iotrace.argtypes import count_at_least
 from iotrace.cli.output import add_json, console, emit
@@ -68,20 +69,9 @@ def _cmd_quant(args: argparse.Namespace) -> None:
         raise InvalidValueError("--calibration and --layers apply to the INT8 KV cache", "add --kv")
     formats = parse_formats(args.format)  # bad names fail before the model loads
     cards = [lookup(key.strip()).key for key in args.card.split(",") if key.strip()]
-    import torch
-
-    from iotrace.model.gguf_file import open_gguf, pinned_gguf
-    from iotrace.model.quality import text_ids
     from iotrace.model.quant_lab import check_formats, run_lab
-    from iotrace.model.tokenizer import gguf_tokenizer
-    from iotrace.model.weights import from_gguf
 
-    path = pinned_gguf()
-    gguf = open_gguf(path)
-    check_formats(gguf.config, formats, args.quantise_head)  # bad values fail before the 10 s of loading
-    tokenizer = gguf_tokenizer(path)
-    text_ids(tokenizer, tokens=args.tokens)
-    weights = from_gguf(gguf, torch.float32, "cpu")
+    weights, tokenizer = _pinned_model(args.tokens, lambda config: check_formats(config, formats, args.quantise_head))
     show = console()
     with _progress(args, "quant") as progress:
         result = run_lab(weights, tokenizer, formats, cards, tokens=args.tokens, window=args.window,
@@ -91,6 +81,25 @@ def _cmd_quant(args: argparse.Namespace) -> None:
         print(quant_markdown(data), end="")
         return
     emit(args, data, lambda: print_quant(show, data))
+
+
+def _pinned_model(tokens: int | None, check: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
+    """The pinned model's fp32 weights and tokenizer; ``check(config)`` and a --tokens beyond the shipped text fail
+    before the 10 s of loading the weights."""
+    import torch
+
+    from iotrace.model.gguf_file import open_gguf, pinned_gguf
+    from iotrace.model.quality import text_ids
+    from iotrace.model.tokenizer import gguf_tokenizer
+    from iotrace.model.weights import from_gguf
+
+    path = pinned_gguf()
+    gguf = open_gguf(path)
+    if check is not None:
+        check(gguf.config)
+    tokenizer = gguf_tokenizer(path)
+    text_ids(tokenizer, tokens=tokens)
+    return from_gguf(gguf, torch.float32, "cpu"), tokenizer
 
 
 @contextmanager
@@ -131,18 +140,7 @@ def _cmd_kv(args: argparse.Namespace) -> None:
     if calibration >= tokens:
         raise InvalidValueError(f"--calibration {calibration} is not below --tokens {tokens}",
                                 "calibrate on fewer tokens than the context, e.g. --calibration 128")
-    import torch
-
-    from iotrace.model.gguf_file import open_gguf, pinned_gguf
-    from iotrace.model.quality import text_ids
-    from iotrace.model.tokenizer import gguf_tokenizer
-    from iotrace.model.weights import from_gguf
-
-    path = pinned_gguf()
-    gguf = open_gguf(path)
-    tokenizer = gguf_tokenizer(path)
-    text_ids(tokenizer, tokens=tokens)  # a text too short fails before the weights load
-    weights = from_gguf(gguf, torch.float32, "cpu")
+    weights, tokenizer = _pinned_model(tokens)
     with _progress(args, "quant --kv") as progress:
         result = kv_quality(weights, tokenizer, schemes=schemes, tokens=tokens, calibration=calibration,
                             progress=progress)
