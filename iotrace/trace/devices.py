@@ -27,8 +27,9 @@ def vendor_of(name: str | None, warp_size: Any = None) -> str | None:
     return None
 
 
-# A memory size inside a card's name ("... 3080 12GB", "A100-SXM4-80GB"): memory variants differ only by it.
-_MEMORY_SIZE = re.compile(r"\d+\s*gb\b", re.IGNORECASE)
+# What tells variants of one product apart in a card's name while the driver may leave it out: a memory size
+# ("... 3080 12GB", "A100-SXM4-80GB"), or the laptop part (a Turing laptop GTX 1650 reports "NVIDIA GeForce GTX 1650").
+_VARIANT = re.compile(r"\d+\s*gb\b|\blaptop(\s+gpu)?\b", re.IGNORECASE)
 
 
 def _sm_count(value: Any) -> int | None:
@@ -41,10 +42,11 @@ def _sm_count(value: Any) -> int | None:
 def card_key(name: str | None, sm_count: Any = None) -> str | None:
     """The CardBook key for a device name, or None. A name match whose SM count disagrees with the file is refused.
 
-    Memory variants of one product can share the driver's name and differ in SMs: the RTX 3080 10 GB (68 SMs) and
-    12 GB (70 SMs) both report "NVIDIA GeForce RTX 3080". When the named card's SM count disagrees, the other cards
-    whose name or alias is the same name plus a memory size ("NVIDIA GeForce RTX 3080 12GB") are tried, and the one
-    whose SM count agrees with the file wins; with none, or with no SM count to compare, there is no second guess.
+    Variants of one product can share the driver's name and differ in SMs: the RTX 3080 10 GB (68 SMs) and 12 GB
+    (70 SMs) both report "NVIDIA GeForce RTX 3080", the desktop (14 SMs) and laptop (16 SMs) GTX 1650 both "NVIDIA
+    GeForce GTX 1650". When the named card's SM count disagrees, the other cards whose name or alias is the same name
+    plus a memory size or "Laptop GPU" ("NVIDIA GeForce RTX 3080 12GB") are tried, and the one whose SM count agrees
+    with the file wins; with none, or with no SM count to compare, there is no second guess.
     """
     if not name or not isinstance(name, str):
         return None
@@ -60,7 +62,7 @@ def card_key(name: str | None, sm_count: Any = None) -> str | None:
         return card.key
     wanted = _normalise(name)
     for other in book:
-        if other.sm_count == sms and any(_normalise(_MEMORY_SIZE.sub("", spelling)) == wanted
+        if other.sm_count == sms and any(_normalise(_VARIANT.sub("", spelling)) == wanted
                                          for spelling in (other.name, *other.aliases)):
             return other.key
     return None  # e.g. a cut-down variant sharing a name: better no card than the wrong roofline
