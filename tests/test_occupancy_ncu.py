@@ -21,6 +21,7 @@ from iotrace.occupancy import (
     occupancy_of_recorded_launch,
 )
 from iotrace.sm_limits import sm_limits
+from iotrace.trace.formats.ncu_rep import _VERSION
 
 ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
 
@@ -31,6 +32,7 @@ class Launch:
     kernel: str
     metrics: dict[str, object]
     curves: dict[str, list[tuple[int, float]]]
+    ncu_version: tuple[int, int] | None  # the Nsight Compute that recorded it (None: unstated, 2019-era)
 
     def num(self, name: str) -> float | None:
         value = self.metrics.get(name)
@@ -46,9 +48,20 @@ CURVES = ("launch__occupancy_per_block_size", "launch__occupancy_per_register_co
           "launch__occupancy_per_shared_mem_size")
 
 
+def _ncu_version(path: Path) -> tuple[int, int] | None:
+    """The Nsight Compute (year, release) that recorded a report, as iotrace's reader finds it; None in a 2019-era
+    report, which does not state it."""
+    stated = _VERSION.search(path.read_bytes())
+    if stated is None:
+        return None
+    year, release = stated.group(1).split(b".")[:2]
+    return int(year), int(release)
+
+
 def _launches(corpus: Path) -> list[Launch]:
     launches = []
     for path in sorted((corpus / "ncu-rep").iterdir()):
+        version = _ncu_version(path)
         context = ncu_report.load_report(str(path))
         assert context.num_ranges() > 0, f"{path.name} loaded as an empty report"
         for r in range(context.num_ranges()):
@@ -65,7 +78,7 @@ def _launches(corpus: Path) -> list[Launch]:
                         kind = metric.kind()
                         metrics[name] = metric.as_string() if kind == ncu_report.IMetric.ValueKind_STRING \
                             else metric.as_double()
-                launches.append(Launch(path.name, action.name(), metrics, curves))
+                launches.append(Launch(path.name, action.name(), metrics, curves, version))
     return launches
 
 
@@ -81,6 +94,24 @@ def _cc(launch: Launch) -> str:
             f"{launch.int('device__attribute_compute_capability_minor')}")
 
 
+#: Nsight Compute before this version computed its occupancy (launch__occupancy_limit_shared_mem and the
+#: launch__occupancy_per_* curves) for the default carveout, the SM's whole shared memory, not for the carveout the
+#: launch ran with (launch__shared_mem_config_size), as cuda_occupancy.h does with no carveout preference
+#: (cudaOccSMemPreferenceVoltaPlus: SHAREDMEM_CARVEOUT_DEFAULT -> sharedMemPerMultiprocessor). Seen in the corpus:
+#: 2021.2 on an A40 stores 102400 // 1024 = 100 blocks for a 1 KB block in an 8 KB carveout, where 2022.4 on the same
+#: GPU stores 8192 // 1024 = 8; 2022.2's curves (V100) follow the launch's carveout. 2021.3-2022.1 are not in the
+#: corpus with a carveout below the maximum; one that disagrees with this cut fails below.
+NCU_LAUNCH_CARVEOUT_FROM = (2022, 1)
+
+
+def _ncu_carveout(launch: Launch) -> int | None:
+    """The shared memory per SM ncu's own occupancy was computed for: the launch's carveout, or None (the default,
+    the largest) for a report recorded by an ncu older than :data:`NCU_LAUNCH_CARVEOUT_FROM`."""
+    if launch.ncu_version is not None and launch.ncu_version < NCU_LAUNCH_CARVEOUT_FROM:
+        return None
+    return launch.int("launch__shared_mem_config_size")
+
+
 def _iotrace_answer(launch: Launch) -> OccupancyResult:
     cc = _cc(launch)
     reserved = launch.num("launch__shared_mem_per_block_driver")
@@ -91,7 +122,7 @@ def _iotrace_answer(launch: Launch) -> OccupancyResult:
         launch.int("launch__shared_mem_per_block_static"),
         launch.int("launch__shared_mem_per_block_dynamic"),
         smem_reserved=None if reserved is None else int(reserved),
-        smem_config=launch.int("launch__shared_mem_config_size"),
+        smem_config=_ncu_carveout(launch),
     )
 
 
