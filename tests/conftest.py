@@ -20,14 +20,41 @@ import pytest
 T = TypeVar("T")
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+#: (tests.budget.Recorder, start time, path) on the controller of a run given --durations-file; None otherwise.
+_durations: tuple[Any, float, Path] | None = None
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--durations-file", default=None, metavar="PATH",
+                     help="record every test's wall time and slow mark here (make test; tests/budget.py)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """One compile cache per test session: tests compile for real once, then share the results."""
+    """One compile cache per test session: tests compile for real once, then share the results. The xdist workers
+    inherit the controller's environment, so they share it too (entries are written atomically)."""
     import tempfile
+    import time
 
     os.environ.setdefault("IOTRACE_CACHE_DIR", tempfile.mkdtemp(prefix="iotrace-test-cache-"))
+    global _durations
+    if config.getoption("durations_file") and not hasattr(config, "workerinput"):  # the controller records
+        from tests.budget import Recorder
+
+        _durations = (Recorder(), time.monotonic(), Path(config.getoption("durations_file")))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _durations is not None:
+        _durations[0].add(report.nodeid, report.when, report.duration, report.keywords, report.outcome)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    import time
+
+    if _durations is not None:
+        recorder, started, path = _durations
+        recorder.write(path, time.monotonic() - started)
 
 
 def pinned_model() -> Path:
@@ -51,9 +78,18 @@ def corpus() -> Path:
 
 def corpus_exports(corpus: Path) -> list[Path]:
     """Every export in the corpus that loads without Nsight Systems installed (a raw .nsys-rep or .qdrep needs
-    ``nsys export``), in every folder of it, so a folder added to the corpus is covered without editing a list."""
+    ``nsys export``), in every folder of it but the files iotrace does not read yet (:func:`corpus_not_read_yet`), so
+    a folder added to the corpus is covered without editing a list."""
+    not_read_yet = set(corpus_not_read_yet(corpus))
     return sorted(p for folder in corpus.iterdir() if folder.is_dir() for p in folder.iterdir()
-                  if p.is_file() and p.suffix not in (".nsys-rep", ".qdrep"))
+                  if p.is_file() and p.suffix not in (".nsys-rep", ".qdrep") and p not in not_read_yet)
+
+
+def corpus_not_read_yet(corpus: Path) -> list[Path]:
+    """Every file of the corpus folders iotrace does not read yet, subfolders included (a rocprof-compute workload is a
+    folder of CSVs): AMD rocprof output (rocprof/) and LLM benchmark results (bench-outputs/). load() refuses each."""
+    return sorted(p for name in ("rocprof", "bench-outputs") if (corpus / name).is_dir()
+                  for p in (corpus / name).rglob("*") if p.is_file())
 
 
 def check_kernel(spec, shape, dtype: str, config, seed: int | None = None):

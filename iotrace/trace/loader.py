@@ -4,6 +4,10 @@ Every failure a file can cause leaves as a :class:`TraceFormatError` (or :class:
 missing) naming the file: parsers raise those for what they anticipate, and the boundary below converts the
 rest of what a damaged file can provoke in the standard library, pandas or SQLite, naming the format it was read
 as. Nothing half-loaded is returned: the tables are built and checked whole, or not at all.
+
+Outputs iotrace recognises but does not read yet (AMD rocprof, LLM benchmark results:
+:mod:`iotrace.trace.formats.not_read_yet`) are refused in one line that says what they are; no built-in reader is
+tried on them, so none misreads one as the format it resembles (a plugin that sniffs one still reads it).
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from iotrace.errors import IotraceError
 from iotrace.trace.errors import TraceFormatError
-from iotrace.trace.parser import Head, read_head
-from iotrace.trace.registry import parsers
+from iotrace.trace.formats.not_read_yet import identify
+from iotrace.trace.parser import Head, TraceParser, read_head
+from iotrace.trace.registry import BuiltinParser, parsers
 from iotrace.trace.tables import TraceTables
 
 __all__ = ["describe_unknown", "load", "sniff"]
@@ -28,10 +34,14 @@ _DAMAGE = (ValueError, TypeError, KeyError, IndexError, LookupError, ArithmeticE
 
 def sniff(head: Head) -> str | None:
     """The name of the format whose parser recognises ``head``, or None."""
+    return next((parser.name for parser in _candidates(head, identify(head) is not None)), None)
+
+
+def _candidates(head: Head, not_read_yet: bool) -> Iterator[TraceParser]:
+    """The parsers that recognise ``head``, highest priority first; none built in for an output not read yet."""
     for parser in parsers():
-        if parser.sniff(head):
-            return parser.name
-    return None
+        if not (not_read_yet and isinstance(parser, BuiltinParser)) and parser.sniff(head):
+            yield parser
 
 
 def load(path: str | Path) -> TraceTables:
@@ -51,9 +61,8 @@ def load(path: str | Path) -> TraceTables:
         raise TraceFormatError(path, f"cannot be read ({exc.strerror or exc})", "check its permissions") from exc
     if head.size == 0:
         raise TraceFormatError(path, "is empty (0 bytes)", "the export did not finish; profile again")
-    for parser in parsers():
-        if not parser.sniff(head):
-            continue
+    pending = identify(head)
+    for parser in _candidates(head, pending is not None):
         try:
             tables = parser.parse(head)
         except IotraceError:
@@ -68,7 +77,10 @@ def load(path: str | Path) -> TraceTables:
         tables.meta.setdefault("format", parser.name)
         tables.meta.setdefault("tool", parser.tool)
         return tables
-    raise TraceFormatError(path, describe_unknown(head), "iotrace reads " + ", ".join(p.name for p in parsers()))
+    reads = "iotrace reads " + ", ".join(p.name for p in parsers())
+    if pending is not None:
+        raise TraceFormatError(path, pending.problem, reads)
+    raise TraceFormatError(path, describe_unknown(head), reads)
 
 
 def describe_unknown(head: Head) -> str:

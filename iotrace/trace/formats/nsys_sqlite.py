@@ -92,7 +92,7 @@ def read_database(db: sqlite3.Connection, path: Path) -> TraceTables:
     ranges, calls = _ranges(db, tables, spec, strings)
     kernels, ranges = join_frames(kernels, ranges, calls)
     _note_whole_graphs(db, tables, meta["notes"])
-    devices = with_cards(_devices(db, tables, spec), notes=meta["notes"])
+    devices = _devices(db, tables, spec, meta["notes"])
     return build(path, kernels=kernels, ranges=ranges, devices=devices, transfers=_transfers(db, tables, strings),
                  meta=meta)
 
@@ -211,7 +211,12 @@ def _note_whole_graphs(db: sqlite3.Connection, tables: set[str], notes: list[str
                      "kernel table; profile with --cuda-graph-trace=node to see them")
 
 
-def _devices(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def _devices(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:
+    """TARGET_INFO_GPU's rows, in id order, each with its CardBook card (notes: the devices the CardBook lacks).
+
+    nsys lists every display adapter of the machine there; one with 0 SMs is no CUDA device (on Windows, "Microsoft
+    Basic Render Driver", with every property 0): it keeps its id and name, and gets no properties and no card.
+    """
     if "TARGET_INFO_GPU" not in tables:
         return []
     have = _columns(db, "TARGET_INFO_GPU")
@@ -221,6 +226,11 @@ def _devices(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any]) -> 
     rows = []
     for record in db.execute(f"SELECT {select} FROM TARGET_INFO_GPU ORDER BY id"):
         values = dict(zip([*mapping.values(), *extra], record, strict=True))
+        if values.get("sm_count") == 0:
+            rows.append({"device": values.get("device"), "name": values.get("name"), "vendor": None, "card": None})
+            notes.append(f"device {values.get('device')} {values.get('name')!r} has 0 SMs: a display adapter, not a "
+                         "CUDA device (nsys lists every GPU of the machine); it gets no card")
+            continue
         major, minor = values.pop("computeMajor", None), values.pop("computeMinor", None)
         clock = values.pop("clockRate", None)
         if isinstance(major, int) and isinstance(minor, int):
@@ -229,7 +239,8 @@ def _devices(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any]) -> 
             values["clock_mhz"] = clock / 1e6  # TARGET_INFO_GPU.clockRate is in Hz (1410000000 on an A100)
         values["vendor"] = "nvidia"  # Nsight Systems traces only NVIDIA GPUs
         rows.append(values)
-    return rows
+    cuda = iter(with_cards([row for row in rows if "card" not in row], notes=notes))
+    return [row if "card" in row else next(cuda) for row in rows]
 
 
 def _transfers(db: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
