@@ -10,18 +10,20 @@ STAMP := $(VENV)/.installed
 tour: $(STAMP)
 	$(BIN)/iotrace tour
 
-# The whole suite: about 38 minutes on two cores once .venv exists (36 min 7 s measured in a clean clone; the
-# first run adds the venv build, about a minute).
+# The whole suite, on every core (pytest-xdist; tests sharing one resource are grouped, --dist loadgroup), then the
+# budget check on the run just recorded: no test over 60 s without the slow mark (tests/test_suite_budget.py).
+# Measured times: docs/contributing.md, "Where the suite's time goes".
+PYTEST_PARALLEL ?= -n auto --dist loadgroup
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=25 --durations-file .pytest-durations.json
+	$(BIN)/python -m pytest -q -p no:xdist tests/test_suite_budget.py
 
 # The suite without the tests marked slow (Triton-interpreter kernel checks, cold compiles, the fuzz and header
-# harness runs, real-browser pages, the model against transformers): 5 min 7 s measured; run `make test` before you
-# push.
+# harness runs, real-browser pages, the model against transformers); run `make test` before you push.
 test-fast: $(STAMP) system-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow"
 
 setup: $(STAMP)
 

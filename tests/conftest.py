@@ -140,8 +140,19 @@ def ncu_launches(path: Path, read: Callable[[Any], T]) -> list[T]:
             for a in range(context.range_by_idx(r).num_actions())]
 
 
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks (its worker hook is registered later)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests marked ``gpu`` with the reason when no NVIDIA GPU is visible (the normal case in CI)."""
+    """Keep a module's tests on one xdist worker when they share a module-scoped fixture (a Ray cluster, the model
+    against transformers, a 33 MB trace): under ``--dist loadgroup`` the fixture is then built once, not once per
+    worker. Skip tests marked ``gpu`` with the reason when no NVIDIA GPU is visible (the normal case in CI)."""
+    for item in items:
+        if _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return
