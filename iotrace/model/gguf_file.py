@@ -13,6 +13,7 @@ model with tied embeddings (SmolLM2) has no ``output.weight``: the LM head is ``
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,11 +124,20 @@ def _field(reader: Any, path: Path, key: str, default: Any = None) -> Any:
 
 def open_gguf(path: Path) -> GGUFModel:
     """Open a Llama-architecture GGUF and read its config; every way the file can be wrong is one
-    :class:`~iotrace.errors.InvalidValueError` naming the file."""
+    :class:`~iotrace.errors.InvalidValueError` naming the file. The same unchanged file opened again in this
+    process is the same object (callers must not mutate it)."""
     path = Path(path)
     if not path.is_file():
         raise InvalidValueError(f"no GGUF file at {path}", "pass --gguf PATH to a local .gguf file, or --model "
                                                            f"{PINNED_MODEL} for the pinned model")
+    stat = path.stat()
+    return _open(path, path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
+# Parsing the pinned model's metadata (~294k field parts, mostly the vocabulary) takes seconds: once per process.
+@functools.lru_cache(maxsize=4)
+def _open(path: Path, resolved: Path, size: int, mtime_ns: int) -> GGUFModel:
+    """:func:`open_gguf` of ``path`` (``resolved``, ``size`` and ``mtime_ns`` key the file's identity)."""
     gguf = _require("gguf")
     try:
         reader = gguf.GGUFReader(str(path))
@@ -136,7 +146,6 @@ def open_gguf(path: Path) -> GGUFModel:
                                 "the file is truncated or not GGUF: download or convert it again") from None
     # The memory map is only read when a tensor is: check the data of every tensor lies inside the file now, so a
     # truncated download fails here and not halfway through loading.
-    size = path.stat().st_size
     for info in reader.tensors:
         if info.data_offset + info.n_bytes > size:
             raise InvalidValueError(f"{path} is truncated: tensor {info.name} ends at byte "

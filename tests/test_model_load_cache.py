@@ -1,0 +1,176 @@
+"""The load caches of the model bench: the tokenizer saved on disk after the first build from the GGUF (it must
+tokenize exactly as the one built from the file), and one opened GGUF and tokenizer per file and process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import pinned_model
+
+pytest.importorskip("gguf", reason="the model tests need iotrace[model] (make setup installs it)")
+pytest.importorskip("transformers", reason="the tokenizer needs iotrace[model] (make setup installs it)")
+
+from iotrace.model import gguf_file, tokenizer
+from iotrace.model.prompts import shipped_prompts
+
+TEXTS = [
+    "The capital of France is",
+    "  leading, trailing   and   inner runs of spaces  \n\n\n\t\ttabs\r\nand CRLF   ",
+    "Ünïcödé: naïve café, 日本語のテキスト, Ελληνικά, русский, emoji 🚀👩‍💻 and a ZWJ, \u00a0nbsp",
+    "def f(x: int) -> int:\n    return x ** 2  # square\n\nprint({k: v for k, v in zip('abc', range(3))})\n",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "",
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("IOTRACE_CACHE_DIR", str(tmp_path / "cache"))
+    tokenizer._memoised.cache_clear()
+    gguf_file._open.cache_clear()
+    yield
+    tokenizer._memoised.cache_clear()
+    gguf_file._open.cache_clear()
+
+
+def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Record each build of a tokenizer from a GGUF (the slow path the disk cache saves)."""
+    built: list[Path] = []
+    real = tokenizer._from_gguf
+
+    def spy(path: Path) -> Any:
+        built.append(path)
+        return real(path)
+
+    monkeypatch.setattr(tokenizer, "_from_gguf", spy)
+    return built
+
+
+@pytest.mark.slow
+def test_the_cached_tokenizer_tokenizes_as_the_one_built_from_the_gguf(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = pinned_model()
+    built = _count_builds(monkeypatch)
+    from_gguf = tokenizer.gguf_tokenizer(path)
+    assert len(built) == 1
+    entries = list((tmp_path / "cache" / "tokenizers").iterdir())
+    assert [e.name for e in entries if e.name.startswith(".")] == []  # no staging directory left behind
+    assert len(entries) == 1 and (entries[0] / "tokenizer.json").is_file()
+
+    assert tokenizer.gguf_tokenizer(path) is from_gguf  # memoised in this process: no build, no load
+    tokenizer._memoised.cache_clear()  # as a new process would: served from the disk cache
+    cached = tokenizer.gguf_tokenizer(path)
+    assert len(built) == 1 and cached is not from_gguf
+
+    texts = TEXTS + list(shipped_prompts().values())
+    for text in texts:
+        for special in (False, True):
+            ids = from_gguf.encode(text, add_special_tokens=special)
+            assert cached.encode(text, add_special_tokens=special) == ids, (text, special)
+        ids = from_gguf.encode(text, add_special_tokens=False)
+        assert cached.decode(ids) == from_gguf.decode(ids) == text, text  # byte-level BPE: lossless
+        assert cached(text, add_special_tokens=False)["input_ids"] == ids
+    every_id = list(range(len(from_gguf)))
+    assert cached.decode(every_id) == from_gguf.decode(every_id)
+    assert cached.convert_ids_to_tokens(every_id) == from_gguf.convert_ids_to_tokens(every_id)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "all_special_ids",
+                 "add_bos_token", "add_eos_token", "padding_side", "clean_up_tokenization_spaces", "chat_template"):
+        assert getattr(cached, name, None) == getattr(from_gguf, name, None), name
+    assert cached.get_vocab() == from_gguf.get_vocab()
+    assert cached.backend_tokenizer.to_str() == from_gguf.backend_tokenizer.to_str()
+
+
+def _fake_tokenizer(save: Any) -> Any:
+    class Fake:
+        def save_pretrained(self, directory: str) -> None:
+            save(Path(directory))
+
+    return Fake()
+
+
+def test_a_read_only_cache_is_no_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cache").write_text("a file where the cache directory should be")
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    saved: list[Path] = []
+    fake = _fake_tokenizer(saved.append)
+    monkeypatch.setattr(tokenizer, "_from_gguf", lambda _: fake)
+    assert tokenizer.gguf_tokenizer(model) is fake and saved == []
+
+
+def test_another_writer_storing_first_is_no_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+
+    def save(directory: Path) -> None:
+        (directory / "tokenizer.json").write_text("mine")
+        theirs = directory.parent / directory.name.split("-")[0].lstrip(".")
+        theirs.mkdir()
+        (theirs / "tokenizer.json").write_text("theirs")
+
+    fake = _fake_tokenizer(save)
+    monkeypatch.setattr(tokenizer, "_from_gguf", lambda _: fake)
+    assert tokenizer.gguf_tokenizer(model) is fake
+    [entry] = (tmp_path / "cache" / "tokenizers").iterdir()  # their entry stays, our staging directory is gone
+    assert (entry / "tokenizer.json").read_text() == "theirs"
+
+
+def test_a_damaged_entry_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    stat = model.stat()
+    entry = tokenizer.tokenizer_cache_dir(model.resolve(), stat.st_size, stat.st_mtime_ns)
+    entry.mkdir(parents=True)
+    (entry / "tokenizer.json").write_text("{not json")
+    fake = _fake_tokenizer(lambda d: (d / "tokenizer.json").write_text("rebuilt"))
+    monkeypatch.setattr(tokenizer, "_from_gguf", lambda _: fake)
+    assert tokenizer.gguf_tokenizer(model) is fake
+    assert (entry / "tokenizer.json").read_text() == "rebuilt"
+
+
+def test_the_cache_key_follows_the_file(tmp_path: Path) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    stat = model.stat()
+    key = tokenizer.tokenizer_cache_dir(model.resolve(), stat.st_size, stat.st_mtime_ns)
+    assert key == tokenizer.tokenizer_cache_dir(model.resolve(), stat.st_size, stat.st_mtime_ns)
+    assert key.parent == tmp_path / "cache" / "tokenizers"
+    assert key != tokenizer.tokenizer_cache_dir(model.resolve(), stat.st_size + 1, stat.st_mtime_ns)
+    assert key != tokenizer.tokenizer_cache_dir(model.resolve(), stat.st_size, stat.st_mtime_ns + 1)
+    assert key != tokenizer.tokenizer_cache_dir(tmp_path / "other.gguf", stat.st_size, stat.st_mtime_ns)
+
+
+def _tiny_llama(path: Path, layers: int) -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(layers)
+    writer.add_embedding_length(8)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(2)
+    writer.add_feed_forward_length(16)
+    writer.add_vocab_size(4)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_context_length(64)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype="float32"))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_an_unchanged_gguf_is_opened_once_per_process(tmp_path: Path) -> None:
+    path = _tiny_llama(tmp_path / "tiny.gguf", 1)
+    first = gguf_file.open_gguf(path)
+    assert gguf_file.open_gguf(path) is first and gguf_file.open_gguf(str(path)) is first  # type: ignore[arg-type]
+    stat = path.stat()
+    _tiny_llama(path, 3)  # rewritten: same size, a new config
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    again = gguf_file.open_gguf(path)
+    assert again is not first and (first.config.layers, again.config.layers) == (1, 3)
