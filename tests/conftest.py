@@ -131,6 +131,30 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
                           env=full_env, timeout=120)
 
 
+def cli_in_process(*args: str) -> tuple[int, str, str]:
+    """``iotrace ARGS`` called in this process: (exit code, stdout, stderr). For tests whose point is what a command
+    prints, not the process boundary (exit codes by signal, pipes, a fresh interpreter): they skip the interpreter
+    start and share what this process already loaded (the pinned model, compiled kernels)."""
+    import contextlib
+    import io
+
+    from iotrace.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in ("NO_COLOR", "COLUMNS")}
+    os.environ.update(NO_COLOR="1", COLUMNS="160")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return code, out.getvalue(), err.getvalue()
+
+
 def ncu_launches(path: Path, read: Callable[[Any], T]) -> list[T]:
     """``read(action)`` for every profiled launch of an Nsight Compute report, in file order, read with NVIDIA's
     ``ncu_report`` (independently of iotrace) while the report is open; skips without ncu-report."""
