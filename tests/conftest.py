@@ -37,6 +37,12 @@ def pytest_configure(config: pytest.Config) -> None:
     import time
 
     os.environ.setdefault("IOTRACE_CACHE_DIR", tempfile.mkdtemp(prefix="iotrace-test-cache-"))
+    if hasattr(config, "workerinput"):
+        # Each xdist worker gets its share of the cores for torch's intra-op threads (and the CLI subprocesses it
+        # starts): two workers of two threads each on two cores made torch-heavy tests 30-50x slower (PyTorch docs,
+        # "CPU threading and TorchScript inference": oversubscription; set OMP_NUM_THREADS per process).
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     global _durations
     if config.getoption("durations_file") and not hasattr(config, "workerinput"):  # the controller records
         from tests.budget import Recorder

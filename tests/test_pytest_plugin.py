@@ -44,6 +44,15 @@ def test_copy(kernel_bench):
 '''
 
 
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pytest sessions here are plain ones even when this suite runs under xdist: pytest-benchmark disables itself
+    when it sees PYTEST_XDIST_WORKER in the environment (pytest_benchmark/session.py), which a worker's child
+    inherits."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def bench(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     """Run a pytest session over the bench module with the given timing; returns the run result."""
