@@ -77,23 +77,27 @@ def test_extra_info_holds_the_card_cost_and_roofline(bench, pytester: pytest.Pyt
     assert info["shape"] == {"bytes": 2000000} and info["dtype"] == "fp32" and info["bytes"] == 2e6
     assert info["intensity"] == 0.0 and info["tflops"] == 0.0 and info["bound"] == "memory"
     assert info["roofline_floor_s"] == pytest.approx(2e-3)
-    assert 50 < info["pct_of_roofline"] <= 100 and 0.5 < info["gbps"] <= 1.0
-    assert info["median_s"] == pytest.approx(stored["stats"]["median"]) and info["median_s"] >= 2e-3
+    # The sleep only ever overshoots (more on a loaded machine): the figures are checked against the median found.
+    median = info["median_s"]
+    assert median == pytest.approx(stored["stats"]["median"]) and median >= 2e-3
+    assert info["pct_of_roofline"] == pytest.approx(100 * 2e-3 / median)  # the 2 ms floor over the median
+    assert info["gbps"] == pytest.approx(2e6 / median / 1e9)
     assert stored["stats"]["rounds"] == info["rounds"] == 8
     assert info["cv"] == pytest.approx(stored["stats"]["stddev"] / stored["stats"]["mean"])
     assert info["noisy"] is False and "perf_counter" in info["method"]
     result.stdout.fnmatch_lines(["*iotrace: median, spread and roofline of each benchmark*",
-                                 "ok * test_bench.py::test_copy: median 2*µs, CV *% over 8 rounds, *% of the roofline "
+                                 "ok * test_bench.py::test_copy: median *µs, CV *% over 8 rounds, *% of the roofline "
                                  "on synthetic (*GB/s, 0.00 TFLOP/s)"])
 
 
 def test_a_run_slower_than_its_stored_baseline_fails_the_compare_gate(bench) -> None:
     bench("--benchmark-autosave", "--iotrace-max-cv=10").assert_outcomes(passed=1)
-    same = bench("--benchmark-compare", "--benchmark-compare-fail=median:100%", "--iotrace-max-cv=10")
+    # Wide margins, so a loaded machine's sleep overshoot (seen: 2 ms sleeps taking 5 ms) decides nothing.
+    same = bench("--benchmark-compare", "--benchmark-compare-fail=median:300%", "--iotrace-max-cv=10")
     assert same.ret == 0, same.stdout.str()  # the gate passes a run like its baseline...
-    slower = bench("--benchmark-compare", "--benchmark-compare-fail=median:100%", "--iotrace-max-cv=10",
-                   sleep_s=0.008)
-    assert slower.ret != 0  # ...and fails one four times slower, though the test itself passed
+    slower = bench("--benchmark-compare", "--benchmark-compare-fail=median:300%", "--iotrace-max-cv=10",
+                   sleep_s=0.04)
+    assert slower.ret != 0  # ...and fails one twenty times slower, though the test itself passed
     slower.stderr.fnmatch_lines(["*Performance has regressed*", "*test_copy*median*"])  # pytest-benchmark's logger
     slower.stdout.fnmatch_lines(["test_bench.py .*"])  # (the regression ends the session before its summary)
 
@@ -104,7 +108,8 @@ def test_a_run_under_the_roofline_floor_fails_the_roofline_gate(bench) -> None:
     low.assert_outcomes(failed=1)
     low.stdout.fnmatch_lines(["*test_copy reached *% of its attainable roofline on synthetic*"
                               "under --iotrace-roofline-floor 80%*", "UNDER-ROOF * test_bench.py::test_copy: *"])
-    bench("--iotrace-roofline-floor=0.2", "--iotrace-max-cv=10", nbytes=1e6).assert_outcomes(passed=1)
+    # 1% of the roofline is a 100 ms allowance: a loaded machine's overshoot does not reach it.
+    bench("--iotrace-roofline-floor=0.01", "--iotrace-max-cv=10", nbytes=1e6).assert_outcomes(passed=1)
     bench("--iotrace-max-cv=10", nbytes=1e6).assert_outcomes(passed=1)  # no floor given: reported, not gated
 
 
