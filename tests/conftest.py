@@ -130,9 +130,13 @@ def write_kineto(path: Path, events: list[dict[str, Any]]) -> Path:
     return path
 
 
+#: The environment every CLI run in the tests sees: plain text at a fixed width, in a subprocess or in process.
+CLI_ENV = {"NO_COLOR": "1", "COLUMNS": "160"}
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m iotrace ARGS`` in a real subprocess and capture its output."""
-    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", **(env or {})}
+    full_env = {**os.environ, **CLI_ENV, **(env or {})}
     return subprocess.run([sys.executable, "-m", "iotrace", *args], capture_output=True, text=True,
                           env=full_env, timeout=120)
 
@@ -143,21 +147,13 @@ def cli_in_process(*args: str) -> tuple[int, str, str]:
     start and share what this process already loaded (the pinned model, compiled kernels)."""
     import contextlib
     import io
+    from unittest import mock
 
     from iotrace.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    saved = {k: os.environ.get(k) for k in ("NO_COLOR", "COLUMNS")}
-    os.environ.update(NO_COLOR="1", COLUMNS="160")
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(args))
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with mock.patch.dict(os.environ, CLI_ENV), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
     return code, out.getvalue(), err.getvalue()
 
 
