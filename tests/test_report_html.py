@@ -136,7 +136,8 @@ def test_t4_report_renders_offline_with_no_script_errors(corpus: Path, tmp_path:
     page.write_text(report_html(build_report(load(corpus / "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep"))),
                     encoding="utf-8")
     probe = _assert_offline_and_rendered(page, tmp_path)
-    assert "Memory bound (measured)" in probe["text"] and "Long scoreboard dominates" in probe["text"]
+    assert "Memory bound: memory throughput" in probe["text"] and "saves up to" in probe["text"]
+    assert "Nsight Compute's own analysis" in probe["text"]
 
 
 def test_kernel_names_are_text_not_markup(tmp_path: Path) -> None:

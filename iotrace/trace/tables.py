@@ -1,11 +1,12 @@
 """The one table model every trace format loads into: :class:`TraceTables`.
 
-Seven long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
+Eight long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
 with ``launches`` saying how many), ``metrics`` (kernel id, metric, unit, value), ``ranges`` (NVTX and
 annotation ranges), ``devices`` (what the file says about each GPU, with the matched CardBook card), ``transfers``
 (memory copies and sets), ``ops`` (CPU ops with input shapes, Kineto only; a kernel's ``op_id`` is the op open when
 it was launched), ``source_samples`` (PC-sampling stall samples per SASS address and reason, with the address's
-source line where the file maps it; Nsight Compute reports only) and ``meta`` (source, format, tool, version, schema,
+source line where the file maps it; Nsight Compute reports only), ``rules`` (Nsight Compute's own rule results, its
+"guided analysis", per launch; Nsight Compute reports only) and ``meta`` (source, format, tool, version, schema,
 notes). Columns a format does not carry are present and missing (``<NA>`` / NaN), never absent, so a report can rely
 on the names below.
 
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["DEVICE_COLUMNS", "GPU_RANGE_DOMAINS", "KERNEL_COLUMNS", "METRIC_COLUMNS", "RANGE_COLUMNS",
-           "SOURCE_SAMPLE_COLUMNS", "TABLES", "TRANSFER_COLUMNS", "Column", "KernelTotal", "TraceTables", "build",
-           "graph_launch_count"]
+           "RULE_COLUMNS", "SOURCE_SAMPLE_COLUMNS", "TABLES", "TRANSFER_COLUMNS", "Column", "KernelTotal",
+           "TraceTables", "build", "graph_launch_count"]
 
 # Column -> dtype. "Int64" is pandas' nullable integer (int64 values and a missing mask here): a missing value stays
 # missing instead of becoming a float.
@@ -78,6 +79,18 @@ SOURCE_SAMPLE_COLUMNS: dict[str, str] = {
     "kernel_id": "int64", "address": "int64", "reason": "object", "samples": "int64", "sass": "object",
     "file": "object", "line": "Int64", "text": "object",
 }
+#: Nsight Compute's rule results as the report stores them (``ncu_report``'s ``IAction.rule_results_as_dicts``), one
+#: row per result per launch. ``message_type`` is the stored NvRules ``MsgType`` number and ``severity`` its word (none,
+#: ok, optimization, warning, error); ``message`` is raw, with ncu's ``@section:ID:Words@`` link markup;
+#: ``focus_metrics`` the stored list as JSON (name, value, severity, info); ``speedup`` the estimated speedup in percent
+#: (NaN where the rule gives none: ncu before 2023.x, and rules without an estimate) and ``speedup_type`` "local" (the
+#: hardware's efficiency for this problem alone) or "global" (the whole workload's runtime). Meanings: NvRules API,
+#: https://docs.nvidia.com/nsight-compute/NvRulesAPI/index.html (IFrontend.SpeedupType_*, MsgType).
+RULE_COLUMNS: dict[str, str] = {
+    "kernel_id": "int64", "rule_id": "object", "rule_name": "object", "section": "object", "message_type": "Int64",
+    "severity": "object", "title": "object", "message": "object", "focus_metrics": "object", "speedup": "float64",
+    "speedup_type": "object",
+}
 TRANSFER_COLUMNS: dict[str, str] = {
     "kind": "object", "device": "Int64", "stream": "Int64", "start_ns": "Int64", "end_ns": "Int64",
     "duration_ns": "float64", "bytes": "Int64", "launches": "int64",
@@ -95,7 +108,7 @@ GPU_RANGE_DOMAINS: frozenset[str] = frozenset({"gpu_user_annotation"})
 
 TABLES: dict[str, dict[str, str]] = {"kernels": KERNEL_COLUMNS, "metrics": METRIC_COLUMNS, "ranges": RANGE_COLUMNS,
                                      "devices": DEVICE_COLUMNS, "transfers": TRANSFER_COLUMNS, "ops": OP_COLUMNS,
-                                     "source_samples": SOURCE_SAMPLE_COLUMNS}
+                                     "source_samples": SOURCE_SAMPLE_COLUMNS, "rules": RULE_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,10 @@ class TraceTables:
     @property
     def source_samples(self) -> pd.DataFrame:
         return self.table("source_samples")
+
+    @property
+    def rules(self) -> pd.DataFrame:
+        return self.table("rules")
 
     def rows(self, name: str) -> int:
         """How many rows table ``name`` has."""
@@ -252,7 +269,8 @@ def graph_launch_count(launch_id: np.ndarray, launch_ns: np.ndarray) -> int:
 
 
 def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any = None, devices: Any = None,
-          transfers: Any = None, ops: Any = None, source_samples: Any = None, meta: dict[str, Any]) -> TraceTables:
+          transfers: Any = None, ops: Any = None, source_samples: Any = None, rules: Any = None,
+          meta: dict[str, Any]) -> TraceTables:
     """Conform each table to its columns and types and check every number; raise rather than return bad data.
 
     Each table argument is a DataFrame, a list of row dicts, or a dict of columns (lists, numpy arrays or
@@ -260,12 +278,13 @@ def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any =
     without pandas.
     """
     given = {"kernels": kernels, "metrics": metrics, "ranges": ranges, "devices": devices, "transfers": transfers,
-             "ops": ops, "source_samples": source_samples}
+             "ops": ops, "source_samples": source_samples, "rules": rules}
     columns = {name: _conform(path, name, given[name], spec) for name, spec in TABLES.items()}
     ids = np.sort(columns["kernels"]["id"].values)  # sort and searchsorted: np.unique/isin import numpy.ma
     if (ids[1:] == ids[:-1]).any():
         raise TraceFormatError(path, "holds two kernels with the same id", "the file is damaged")
-    for table, what in (("metrics", "metric values"), ("source_samples", "stall-sample rows")):
+    for table, what in (("metrics", "metric values"), ("source_samples", "stall-sample rows"),
+                        ("rules", "rule results")):
         wanted = columns[table]["kernel_id"].values
         at = np.clip(np.searchsorted(ids, wanted), 0, max(len(ids) - 1, 0))
         stray = ids[at] != wanted if len(ids) else np.ones(len(wanted), dtype=bool)

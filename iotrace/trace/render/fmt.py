@@ -61,3 +61,32 @@ def short(name: str, width: int) -> str:
     """A kernel name cut to ``width`` characters (C++ signatures run to thousands)."""
     name = " ".join(str(name).split())
     return name if len(name) <= width else name[: max(width - 1, 1)] + "…"
+
+
+def gain_text(finding: Any) -> str:
+    """A finding's estimated gain for a person: "saves up to 1.2 ms (11% of its 10.9 ms)", "up to 11% of its time"
+    (no durations in the file), or "gain not estimated"."""
+    gain = finding.gain
+    if gain is None:
+        return "gain not estimated"
+    if gain.ns is None:
+        return f"saves up to {gain.fraction:.0%} of its time"
+    return f"saves up to {duration(gain.ns)} ({gain.fraction:.0%} of its {duration(gain.of_ns)})"
+
+
+def finding_where(finding: Any) -> str:
+    """The kernel a finding is about, with its share of the time: "#3 sgemm (42% of kernel time)"; "" for a file's."""
+    if finding.kernel_id is None:
+        return ""
+    share = "" if finding.share_pct is None else f" ({finding.share_pct:.0f}% of kernel time)"
+    return f"#{finding.kernel_id} {short(str(finding.kernel or ''), 60)}{share}"
+
+
+def bound_text(roof: Any) -> str:
+    """A roofline point's verdict and what it stands on: "memory (measured speed of light)", "compute (derived)",
+    "latency (modelled)", or "—"."""
+    if roof is None or roof.bound is None:
+        return MISSING
+    if roof.bound_basis == "speed of light":
+        return f"{roof.bound} (measured speed of light)"
+    return f"{roof.bound} ({'derived' if roof.basis == 'measured' else roof.basis})"

@@ -11,7 +11,7 @@ from functools import cache
 
 from iotrace.trace.info import counts_text
 from iotrace.trace.render.figures import figures
-from iotrace.trace.render.fmt import bytes_, duration, num, pct
+from iotrace.trace.render.fmt import bound_text, bytes_, duration, finding_where, gain_text, num, pct
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import cells as range_cells
 from iotrace.trace.render.range_table import legend as range_legend
@@ -55,13 +55,17 @@ def _row(cells: list[str], header: bool = False, name_first: bool = True) -> str
 
 
 def _findings(findings: list[Finding]) -> str:
+    """Numbered, in the order given (a report's are ranked by the time they can save)."""
     parts = []
-    for f in findings:
-        where = f"#{f.kernel_id} " if f.kernel_id is not None else ""
+    for number, f in enumerate(findings, 1):
+        where = finding_where(f)
         evidence = "; ".join(ev.text() for ev in f.evidence)
-        parts.append(f'<div class="finding {f.severity}"><b>[{e(f.report)}]</b> {e(where)}{e(f.text)}'
-                     f'<div class="dim">evidence: {e(evidence)} · {e(f.basis)}</div>'
-                     + (f"<div>try: {e(f.try_next)}</div>" if f.try_next else "") + "</div>")
+        reasoning = f": {f.gain.reasoning}" if f.gain and f.gain.reasoning else ""
+        parts.append(f'<div class="finding {f.severity}">{number}. <b>[{e(f.report)}]</b> '
+                     f"{e(where + ': ' if where else '')}{e(f.text)}"
+                     + (f"<div>next: {e(f.try_next)}</div>" if f.try_next else "")
+                     + f'<div>{e(gain_text(f))}<span class="dim">{e(reasoning)}</span></div>'
+                     f'<div class="dim">evidence: {e(evidence)} · {e(f.basis)}</div></div>')
     return "\n".join(parts)
 
 
@@ -82,15 +86,17 @@ def _kernel_table(report: Report) -> str:
             e(f"{pct(None if occ is None else occ.theoretical_pct)} / "
               f"{pct(None if occ is None else occ.theoretical_pct_file)}"),
             e(pct(None if occ is None else occ.achieved_pct)), e(", ".join(occ.limiters) if occ else "—"), e(stall),
-            e("—" if roof is None or roof.bound is None else f"{roof.bound} ({roof.basis})")]))
+            e(bound_text(roof))]))
     return "<table>" + "".join(rows) + "</table>"
 
 
 def _details(report: Report, limit: int = 10) -> str:
     parts = []
     for k in report.kernels[:limit]:
-        parts.append(f"<h3>#{k.kernel_id} {e(k.name)}</h3>")
         ranked = primary(k.stalls, k.kernel_id)
+        if not (len(ranked) or k.roofline is not None or k.stored_rules):
+            continue  # nothing to detail: no heading without a body
+        parts.append(f"<h3>#{k.kernel_id} {e(k.name)}</h3>")
         if len(ranked):
             rows = [_row(["stall reason (measured)", "value", "share", "what it means", "try"], header=True)]
             for r in ranked.head(6).to_dict("records"):
@@ -106,10 +112,14 @@ def _details(report: Report, limit: int = 10) -> str:
                 rows.append(_row([e(lv.level.upper()), e(bytes_(lv.bytes)), e(num(lv.intensity)),
                                   e("—" if lv.ceiling_bytes_per_s is None else f"{num(lv.ceiling_bytes_per_s)}B/s"),
                                   e(lv.ceiling_source), e(lv.bytes_source)]))
-            parts.append(f"<p>Roofline ({e(roof.basis)}): {e(num(roof.flops))} FLOPs ({e(roof.flops_source)}); "
-                         f"peak {e(num(roof.peak_flop_per_s))}FLOP/s from {e(roof.peak_source)}; bound "
-                         f"<b>{e(roof.bound or '—')}</b>, {e(pct(roof.pct_of_attainable))} of attainable.</p>"
+            parts.append(f"<p>Roofline (FLOPs and bytes {e(roof.basis)}): {e(num(roof.flops))} FLOPs "
+                         f"({e(roof.flops_source)}); peak {e(num(roof.peak_flop_per_s))}FLOP/s from "
+                         f"{e(roof.peak_source)}; bound <b>{e(bound_text(roof))}</b>, "
+                         f"{e(pct(roof.pct_of_attainable))} of attainable at DRAM.</p>"
                          "<table>" + "".join(rows) + "</table>")
+        if k.stored_rules:
+            parts.append("<p>Nsight Compute's own analysis (rule results stored in the file):</p><ul>"
+                         + "".join(f"<li>{e(rule.text())}</li>" for rule in k.stored_rules) + "</ul>")
     return "\n".join(parts)
 
 
@@ -155,6 +165,12 @@ def _range_rooflines(report: Report) -> list[str]:
 OP_HEADERS = ("op", "shapes", "dtype", "calls", "kernel time", "FLOP/byte", "achieved", "% of attainable", "bound")
 
 
+def _top_title(report: Report) -> str:
+    shown, total = len(report.findings), max(report.findings_total, len(report.findings))
+    more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
+    return f"Top findings (ranked by the time they can save{more})"
+
+
 def report_html(report: Report) -> str:
     """The whole report as one HTML page that needs no network."""
     meta = report.meta
@@ -162,6 +178,7 @@ def report_html(report: Report) -> str:
             f"({e(meta.get('tool'))}, version {e(meta.get('version') or 'not stated')})<br>card: "
             f"{e(report.card.name if report.card else 'none')} — {e(report.card_source)}<br>counts: "
             f"{e(counts_text(report.counts))}</p>",
+            f"<h2>{e(_top_title(report))}</h2>", _findings(report.findings) or "<p>none</p>",
             f"<h2>{e(report.kernels_title())}</h2>", _kernel_table(report), "<h2>Figures</h2>"]
     for n, (name, fig) in enumerate(figures(report)):
         body.append(f'<div class="figure" id="{e(name)}">'
@@ -189,7 +206,6 @@ def report_html(report: Report) -> str:
                  "<ul>" + "".join(f"<li>{e(f)}</li>" for f in dict.fromkeys(report.ops["formula"])) + "</ul>"]
     body += _range_rooflines(report)
     body += _source_lines(report)
-    body += ["<h2>Findings</h2>", _findings(report.findings) or "<p>none</p>"]
     if report.unavailable:
         body.append("<h2>Not available</h2><ul>" + "".join(
             f'<li class="na">{e(u["line"])}' + (f" ({e(report.row_unit(u['kernels']))})" if u["kernels"] > 1 else "")

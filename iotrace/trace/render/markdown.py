@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from iotrace.trace.info import counts_text, smem_text
-from iotrace.trace.render.fmt import bytes_, duration, num, pct, short
+from iotrace.trace.render.fmt import bound_text, bytes_, duration, finding_where, gain_text, num, pct, short
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import cells as range_cells
 from iotrace.trace.render.range_table import legend as range_legend
@@ -36,15 +36,24 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _findings(findings: list[Finding]) -> list[str]:
+    """Numbered, in the order given (a report's are ranked by the time they can save)."""
     out = []
-    for f in findings:
-        where = f"#{f.kernel_id} " if f.kernel_id is not None else ""
-        out.append(f"- **{md(f.report)}** {where}{md(f.text)} *({f.basis})*")
-        if f.evidence:
-            out.append("  - evidence: " + md("; ".join(e.text() for e in f.evidence)))
+    for number, f in enumerate(findings, 1):
+        where = finding_where(f)
+        out.append(f"{number}. **{md(f.report)}** {md(where) + ': ' if where else ''}{md(f.text)} *({f.basis})*")
         if f.try_next:
-            out.append(f"  - try: {md(f.try_next)}")
+            out.append(f"   - next: {md(f.try_next)}")
+        out.append(f"   - {md(gain_text(f))}" + (f": {md(f.gain.reasoning)}" if f.gain and f.gain.reasoning else ""))
+        if f.evidence:
+            out.append("   - evidence: " + md("; ".join(e.text() for e in f.evidence)))
     return [*out, ""]
+
+
+def _top_findings(report: Report) -> list[str]:
+    shown, total = len(report.findings), max(report.findings_total, len(report.findings))
+    more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
+    return [f"## Top findings (ranked by the time they can save{more})", "",
+            *(_findings(report.findings) if report.findings else ["none", ""])]
 
 
 def _range_rooflines(report: Report) -> list[str]:
@@ -80,7 +89,7 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
     lines = ["# iotrace report", "", f"{md(meta.get('source'))} — {md(meta.get('format'))} ({md(meta.get('tool'))}, "
              f"version {md(meta.get('version') or 'not stated')}); card: "
              f"{md(report.card.name if report.card else 'none')} ({md(report.card_source)})", "",
-             f"Counts: {md(counts_text(report.counts))}", ""]
+             f"Counts: {md(counts_text(report.counts))}", "", *_top_findings(report)]
     rows = []
     for k in report.kernels:
         occ = k.occupancy
@@ -92,15 +101,18 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
                      pct(None if occ is None else occ.theoretical_pct), pct(None if occ is None else
                                                                              occ.theoretical_pct_file),
                      pct(None if occ is None else occ.achieved_pct), md(", ".join(occ.limiters) if occ else "—"),
-                     md(stall), md("—" if roof is None or roof.bound is None else f"{roof.bound} ({roof.basis})")])
+                     md(stall), md(bound_text(roof))])
     lines += [f"## {md(report.kernels_title())}", ""]
     lines += _table(["kernel", "smem/block", "time", "launches", "theoretical (iotrace)", "theoretical (file)",
                      "achieved", "limiter", "top stall", "bound"], rows)
     for name, path in (images or {}).items():
         lines += [f"![{md(name)}]({Path(path).name})", ""]
     for k in report.kernels[:details]:
-        lines += [f"### #{k.kernel_id} {md(k.name, 120)}", ""]
         ranked = primary(k.stalls, k.kernel_id)
+        roof = k.roofline
+        if not (len(ranked) or roof is not None or k.stored_rules):
+            continue  # nothing to detail: no heading without a body
+        lines += [f"### #{k.kernel_id} {md(k.name, 120)}", ""]
         if len(ranked):
             lines += _table(["stall reason (measured)", "value", "share", "what it means"],
                             [[md(reason(r["reason"]).label), num(r["value"]), pct(r["share"] * 100),
@@ -108,13 +120,16 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
                              for r in ranked.head(6).to_dict("records") if r["value"] > 0])
         roof = k.roofline
         if roof is not None:
-            lines += [f"Roofline ({roof.basis}): {num(roof.flops)} FLOPs, peak {num(roof.peak_flop_per_s)}FLOP/s "
-                      f"({md(roof.peak_source)}); bound **{roof.bound or '—'}**, {pct(roof.pct_of_attainable)} of "
-                      "attainable.", ""]
+            lines += [f"Roofline (FLOPs and bytes {roof.basis}): {num(roof.flops)} FLOPs, peak "
+                      f"{num(roof.peak_flop_per_s)}FLOP/s ({md(roof.peak_source)}); bound **{md(bound_text(roof))}**, "
+                      f"{pct(roof.pct_of_attainable)} of attainable at DRAM.", ""]
             lines += _table(["level", "bytes", "FLOP/byte", "ceiling", "ceiling from"],
                             [[lv.level.upper(), bytes_(lv.bytes), num(lv.intensity),
                               "—" if lv.ceiling_bytes_per_s is None else f"{num(lv.ceiling_bytes_per_s)}B/s",
                               md(lv.ceiling_source)] for lv in roof.levels])
+        if k.stored_rules:
+            lines += ["Nsight Compute's own analysis (rule results stored in the file):", ""]
+            lines += [f"- {md(rule.text())}" for rule in k.stored_rules] + [""]
     line = report.timeline
     if line is not None:
         lines += ["## Timeline (measured)", ""]
@@ -146,7 +161,6 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
         lines += [f"- {md(f)}" for f in dict.fromkeys(report.ops["formula"])] + [""]
     lines += _range_rooflines(report)
     lines += _source_lines(report, details)
-    lines += ["## Findings", "", *_findings(report.findings)]
     if report.unavailable:
         lines += ["## Not available", ""] + [f"- {md(u['line'])}" for u in report.unavailable] + [""]
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from iotrace.render.console import RULE_WIDTH, is_natural
 from iotrace.trace.info import counts_text
-from iotrace.trace.render.fmt import bytes_, duration, num, pct, short
+from iotrace.trace.render.fmt import bytes_, duration, finding_where, gain_text, num, pct, short
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import TERMINAL as RANGE_TERMINAL
 from iotrace.trace.render.range_table import cells as range_cells
@@ -141,14 +141,16 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
                           escape(lv.ceiling_source))
         console.print(table)
     if roof is not None:
+        derived = "derived" if roof.basis == "measured" else roof.basis  # arithmetic on counters, or a model
         if roof.bound_basis == "speed of light":
-            console.print(f"  bound: [bold]{roof.bound}[/] ({roof.basis}, speed of light: SM "
+            console.print(f"  bound: [bold]{roof.bound}[/] (measured speed of light: SM "
                           f"{pct(roof.sol['sm_throughput_pct'])}, memory {pct(roof.sol['memory_throughput_pct'])} "
-                          "of peak; no DRAM bytes or FLOPs for a roofline)")
-        else:
-            console.print(f"  bound: [bold]{roof.bound or '—'}[/] ({roof.basis}), {pct(roof.pct_of_attainable)} of "
-                          f"attainable; ridge {num(roof.ridge)} FLOP/byte; achieved "
-                          f"{num(roof.achieved_flop_per_s)}FLOP/s")
+                          "of peak; ncu's SOLBottleneck rule)" + ("" if roof.levels else
+                                                                  "; no DRAM bytes or FLOPs for a roofline"))
+        if roof.levels and roof.pct_of_attainable is not None:
+            console.print(f"  roofline ({derived}): {pct(roof.pct_of_attainable)} of attainable at DRAM; ridge "
+                          f"{num(roof.ridge)} FLOP/byte; achieved {num(roof.achieved_flop_per_s)}FLOP/s"
+                          + ("" if roof.bound_basis == "speed of light" else f"; bound [bold]{roof.bound or '—'}[/]"))
         if roof.model is not None:
             m = roof.model
             console.print(f"  model ({escape(m.plugin)}, modelled): {num(m.flops)} FLOPs, {bytes_(m.bytes)} — "
@@ -162,24 +164,45 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
                       f"limited by {escape(', '.join(occ.limiters) or '—')}")
         if occ.assumptions:
             console.print(f"  [dim]{escape(occ.assumptions)}[/]")
+    if k.origin is not None and k.origin.family != "user":
+        console.print(f"  origin: {escape(k.origin.label)} ({escape(k.origin.evidence)})"
+                      + (f", built for compute capability {k.origin.built_for}" if k.origin.built_for else ""))
+    _stored_rules(console, k)
 
 
-def _findings(console: Console, findings: list[Finding], detailed: set[int] | None = None) -> None:
-    """Warnings always; notes (severity info) about a kernel only when that kernel is shown in detail."""
-    if detailed is not None:
-        findings = [f for f in findings if f.severity == "warning" or f.kernel_id is None or f.kernel_id in detailed]
+def _findings(console: Console, findings: list[Finding], title: str = "Findings") -> None:
+    """Findings in the order given (a report's are ranked by the time they can save), numbered, each with its kernel,
+    its gain, the evidence and the next step."""
     if not findings:
         return
     console.print()
-    console.print("[bold]Findings[/]")
-    for f in findings:
-        where = f"#{f.kernel_id} " if f.kernel_id is not None else ""
+    console.print(f"[bold]{escape(title)}[/]")
+    for number, f in enumerate(findings, 1):
         mark = "!" if f.severity == "warning" else "·"
-        console.print(f" {mark} {escape(f'[{f.report}]')} {where}{escape(f.text)}")
+        where = finding_where(f)
+        console.print(f" {number:>2}. {mark} {escape(f'[{f.report}]')} {escape(where + ': ' if where else '')}"
+                      f"{escape(f.text)} [dim]({f.basis})[/]")
+        if f.try_next:
+            console.print(f"     next: {escape(f.try_next)}")
+        console.print(f"     {escape(gain_text(f))}" + (f"[dim]: {escape(f.gain.reasoning)}[/]" if f.gain and
+                                                         f.gain.reasoning else ""))
         if f.evidence:
             console.print("     evidence: " + escape("; ".join(e.text() for e in f.evidence)), style="dim")
-        if f.try_next:
-            console.print(f"     try: {escape(f.try_next)}")
+
+
+def _top_findings(console: Console, report: Report) -> None:
+    shown, total = len(report.findings), max(report.findings_total, len(report.findings))
+    more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
+    _findings(console, report.findings, f"Top findings (ranked by the time they can save{more})")
+
+
+def _stored_rules(console: Console, k: KernelReport) -> None:
+    """Nsight Compute's own rule results for this row, as the file stores them."""
+    if not k.stored_rules:
+        return
+    console.print("  [bold]Nsight Compute's own analysis[/] (rule results stored in the file):")
+    for rule in k.stored_rules:
+        console.print(f"   - {escape(rule.text())}")
 
 
 def _timeline(console: Console, report: Report) -> None:
@@ -317,6 +340,7 @@ def _source_lines(console: Console, report: Report, detailed: set[int]) -> None:
 def print_report(console: Console, report: Report, details: int = DETAILS) -> None:
     """The whole report: header, kernel summary, the top kernels in detail, timeline, findings, what is missing."""
     _header(console, report)
+    _top_findings(console, report)
     console.print()
     if report.kernels:
         _summary(console, report)
@@ -332,7 +356,6 @@ def print_report(console: Console, report: Report, details: int = DETAILS) -> No
     _ops(console, report)
     _range_rooflines(console, report)
     _source_lines(console, report, {k.kernel_id for k in report.kernels[:details]})
-    _findings(console, report.findings, {k.kernel_id for k in report.kernels[:details]})
     if report.unavailable:
         console.print()
         for item in report.unavailable:

@@ -14,15 +14,13 @@ so that its missing counters are never read as sections the capture lacks.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from iotrace.trace.fields import NCU_NOT_COUNTERS
-from iotrace.trace.reports.records import Evidence, Finding
 
-__all__ = ["CONFIG_COLUMNS", "NOT_COUNTERS", "config_findings", "config_text", "group_launches", "group_metrics",
+__all__ = ["CONFIG_COLUMNS", "NOT_COUNTERS", "config_text", "group_launches", "group_metrics",
            "unprofiled"]
 
 #: What makes two launches of one name the same launch configuration.
@@ -64,11 +62,14 @@ def group_launches(kernels: pd.DataFrame, failed: Collection[int] = (), *, by_ti
     """
     frame = kernels.reset_index(drop=True).copy()
     frame["profiled"] = ~frame["id"].isin(list(failed))
-    keys = ["name", "profiled", *[c for c in CONFIG_COLUMNS if c in frame]]
+    config = ["name", *[c for c in CONFIG_COLUMNS if c in frame]]
+    # A launch configuration is the name and its resources; whether a launch was profiled splits groups, not
+    # configurations, and listing launches one by one (each_launch) invents none.
+    frame["_config"] = frame.groupby(config, sort=False, dropna=False).ngroup()
     if each_launch:
         frame["_group"] = np.arange(len(frame))
     else:
-        frame["_group"] = frame.groupby(keys, sort=False, dropna=False).ngroup()
+        frame["_group"] = frame.groupby([*config, "profiled"], sort=False, dropna=False).ngroup()
     single = frame["launches"] == 1
     frame["_single_ns"] = frame["duration_ns"].where(single)
     grouped = frame.groupby("_group", sort=False)
@@ -92,9 +93,10 @@ def group_launches(kernels: pd.DataFrame, failed: Collection[int] = (), *, by_ti
     out["name_total_ns"] = out.groupby("name", sort=False)["total_ns"].transform("sum")
     if by_time:
         out = out.sort_values(["name_total_ns", "total_ns"], ascending=False, kind="stable", na_position="last")
-    out["config_index"] = out.groupby("name", sort=False).cumcount() + 1
-    out["configs_of_name"] = out.groupby("name", sort=False)["id"].transform("size")
-    return out.drop(columns=["_single_ns"]).reset_index(drop=True)
+    out["config_index"] = out.groupby("name", sort=False)["_config"].transform(
+        lambda c: pd.Series(pd.factorize(c)[0] + 1, index=c.index))
+    out["configs_of_name"] = out.groupby("name", sort=False)["_config"].transform("nunique")
+    return out.drop(columns=["_single_ns", "_config"]).reset_index(drop=True)
 
 
 def group_metrics(metrics: pd.DataFrame, groups: pd.DataFrame) -> pd.DataFrame:
@@ -117,41 +119,3 @@ def config_text(row: pd.Series | dict) -> str:
     smem = row.get("smem_bytes")
     return (f"grid {dims('grid')}, block {dims('block')}, {'?' if pd.isna(regs) else int(regs)} registers, "
             f"{'?' if smem is None or pd.isna(smem) else f'{int(smem):,}'} B shared")
-
-
-@dataclass(frozen=True)
-class _Share:
-    config: str
-    launches: int
-    total_ns: float
-    occupancy: float | None
-
-
-def config_findings(groups: pd.DataFrame) -> list[Finding]:
-    """One finding per kernel name launched in more than one configuration: each configuration's launches, time
-    share and occupancy, and the name's time-weighted occupancy over all of them (what one row per name would hide)."""
-    findings: list[Finding] = []
-    column = next((c for c in ("achieved_occupancy_pct", "est_achieved_occupancy_pct") if c in groups
-                   and groups[c].notna().any()), None)
-    for name, rows in groups[groups["configs_of_name"] > 1].groupby("name", sort=False):
-        shares = [_Share(config_text(r), int(r["launches_total"]), float(r["total_ns"]) if pd.notna(r["total_ns"])
-                         else 0.0, None if column is None or pd.isna(r[column]) else float(r[column]))
-                  for r in rows.to_dict("records")]
-        total = sum(s.total_ns for s in shares)
-        weighted = [(s.occupancy, s.total_ns) for s in shares if s.occupancy is not None and s.total_ns > 0]
-        mean = (sum(o * t for o, t in weighted) / sum(t for _, t in weighted)) if weighted else None
-        label = "achieved" if column == "achieved_occupancy_pct" else "estimated achieved"
-        parts = [f"{s.config}: {s.launches} launch{'es' * (s.launches != 1)}, "
-                 + (f"{s.total_ns / total * 100:.1f}% of its time" if total > 0 else "time not recorded")
-                 + ("" if s.occupancy is None else f", {s.occupancy:.1f}% occupancy") for s in shares]
-        text = (f"{name} ran in {len(shares)} launch configurations, reported as one row each — "
-                + "; ".join(parts) + (f". Time-weighted {label} occupancy over all its launches: {mean:.1f}%."
-                                      if mean is not None else "."))
-        evidence = tuple(Evidence(f"configuration {i + 1} launches", s.launches, s.config)
-                         for i, s in enumerate(shares))
-        if mean is not None:
-            evidence += (Evidence(f"time-weighted {label} occupancy", round(mean, 2), unit="%"),)
-        findings.append(Finding("launch configurations", text, evidence,
-                                "tune each configuration on its own: occupancy and the bound differ between them",
-                                kernel_id=int(rows["id"].iloc[0]), kernel=str(name), severity="info"))
-    return findings

@@ -19,9 +19,9 @@ import pandas as pd
 from iotrace.errors import IotraceError
 from iotrace.occupancy import OccupancyResult, occupancy_of_recorded_launch
 from iotrace.trace.reports.metricview import MetricView
-from iotrace.trace.reports.records import Evidence, Finding, Unavailable
+from iotrace.trace.reports.records import Unavailable
 
-__all__ = ["ACHIEVED_GAP_PCT", "OccupancyRow", "occupancy_findings", "occupancy_row"]
+__all__ = ["ACHIEVED_GAP_PCT", "ESTIMATED", "OccupancyRow", "occupancy_row"]
 
 #: Achieved occupancy this many points below theoretical is flagged. Nsight Compute's Occupancy rule reports gaps of
 #: this size as an optimisation opportunity ("The difference between calculated theoretical (100.0%) and measured
@@ -34,16 +34,6 @@ ESTIMATED = "estimated by CUPTI"
 
 _THEORETICAL = "sm__maximum_warps_per_active_cycle_pct"
 _ACHIEVED = "sm__warps_active.avg.pct_of_peak_sustained_active"
-
-_LIMITER_ADVICE = {
-    "registers": "use fewer registers per thread (launch bounds / maxrregcount; in Triton fewer num_warps or smaller "
-                 "tiles)",
-    "shared_mem": "use less shared memory per block (smaller tiles or fewer num_stages) or a larger carveout",
-    "warps": "use smaller blocks: the block's warps fill the SM's warp slots in too few blocks",
-    "blocks": "use larger blocks: the SM ran out of block slots before warp slots",
-    "barriers": "use fewer named barriers per block",
-}
-
 
 @dataclass(frozen=True)
 class OccupancyRow:
@@ -157,36 +147,3 @@ def occupancy_row(kernel: pd.Series, view: MetricView, cc: str | None) -> tuple[
                        file_value, file_source, achieved, achieved_source,
                        () if result is None else result.limiters, basis, assumptions, result)
     return row, missing
-
-
-def occupancy_findings(row: OccupancyRow) -> list[Finding]:
-    out: list[Finding] = []
-    if row.result is not None and row.theoretical_pct is not None and row.theoretical_pct < 100.0:
-        limiter = row.limiters[0] if row.limiters else "—"
-        out.append(Finding(
-            "occupancy",
-            f"Theoretical occupancy is {row.theoretical_pct:.1f}%, limited by {', '.join(row.limiters) or '—'}: "
-            f"{row.result.active_blocks_per_sm} blocks of {row.result.warps_per_block} warps per SM.",
-            (Evidence("theoretical occupancy (iotrace)", round(row.theoretical_pct, 2), "< 100%", "%"),
-             Evidence(f"{limiter} limit", row.result.limits.get(limiter), "blocks per SM")),
-            "To raise it, " + _LIMITER_ADVICE.get(limiter, "change the launch configuration") + "; higher "
-            "occupancy helps only when stalls are latency stalls.", "measured", row.kernel_id, row.kernel, "info"))
-    if row.agrees is False:
-        out.append(Finding(
-            "occupancy", f"iotrace computes {row.theoretical_pct:.2f}% but the file stores "
-                         f"{row.theoretical_pct_file:.2f}% ({row.theoretical_file_source}).",
-            (Evidence("theoretical_pct", row.theoretical_pct), Evidence("theoretical_pct_file",
-                                                                        row.theoretical_pct_file)),
-            "Check the card's compute capability and the carveout; report it if the file is right.", "measured",
-            row.kernel_id, row.kernel))
-    theoretical = row.theoretical_pct_file if row.theoretical_pct_file is not None else row.theoretical_pct
-    measured = row.achieved_pct is not None and not row.achieved_source.startswith(ESTIMATED)
-    if theoretical is not None and measured and theoretical - row.achieved_pct >= ACHIEVED_GAP_PCT:  # type: ignore
-        out.append(Finding(
-            "occupancy", f"Achieved occupancy {row.achieved_pct:.1f}% is {theoretical - row.achieved_pct:.1f} points "
-                         f"below the theoretical {theoretical:.1f}%: warps finish unevenly or blocks arrive late.",
-            (Evidence("achieved occupancy", round(row.achieved_pct, 2), row.achieved_source, "%"),
-             Evidence("gap", round(theoretical - row.achieved_pct, 2), f">= {ACHIEVED_GAP_PCT:g} points")),
-            "Balance work across warps and blocks; a grid of few waves leaves SMs idle at the tail.",
-            "measured", row.kernel_id, row.kernel))
-    return out

@@ -1,7 +1,8 @@
 """The records every report returns beside its table: findings in plain words, and what could not be shown.
 
-A :class:`Finding` is one sentence a person can act on, with the evidence (metric, value, threshold) and what to try.
-An :class:`Unavailable` says which metric a report needed and the ncu section that collects it, so a missing counter
+A :class:`Finding` is one sentence a person can act on, with the evidence (metric, value, threshold), what to try,
+the rule that drew it (:mod:`iotrace.trace.findings`) and, where one can be bounded, the :class:`Gain`: an upper
+bound on the time the advice can save, so findings across a whole file rank by microseconds. An :class:`Unavailable` says which metric a report needed and the ncu section that collects it, so a missing counter
 reads as "not available: needs metric X (collect with `ncu --section Y`)", never as a zero.
 """
 
@@ -10,10 +11,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Basis", "Evidence", "Finding", "Unavailable"]
+__all__ = ["Basis", "Evidence", "Finding", "Gain", "Unavailable"]
 
-#: Where a number comes from: counted by the profiler, or computed by iotrace from a model.
-Basis = Literal["measured", "modelled"]
+#: Where a number comes from: counted by the profiler (measured), arithmetic on counted values (derived), or
+#: iotrace's own calculator or cost model (modelled).
+Basis = Literal["measured", "derived", "modelled"]
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,26 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class Gain:
+    """An upper bound on the time a finding's advice can save: ``fraction`` of the row's total time ``of_ns``, with
+    the reasoning in words (which identity bounds it)."""
+
+    fraction: float
+    of_ns: float | None
+    reasoning: str
+
+    @property
+    def ns(self) -> float | None:
+        return None if self.of_ns is None else self.fraction * self.of_ns
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fraction": round(self.fraction, 6), "of_ns": self.of_ns, "ns": self.ns, "reasoning": self.reasoning}
+
+
+@dataclass(frozen=True)
 class Finding:
-    """A short sentence in plain words, its evidence and what to try."""
+    """A short sentence in plain words, its evidence and what to try; ``rule`` names the rule that drew it and
+    ``gain`` bounds what following ``try_next`` can save (None where no bound can be stated)."""
 
     report: str
     text: str
@@ -43,11 +63,16 @@ class Finding:
     kernel_id: int | None = None
     kernel: str | None = None
     severity: Literal["info", "warning"] = "warning"
+    rule: str = ""
+    gain: Gain | None = None
+    #: The kernel row's share of the file's kernel time, in percent (None where the file has no durations).
+    share_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["try"] = out.pop("try_next")
         out["evidence"] = [asdict(e) for e in self.evidence]
+        out["gain"] = None if self.gain is None else self.gain.to_dict()
         return out
 
 

@@ -15,17 +15,20 @@ import pandas as pd
 
 from iotrace.cards import Card
 from iotrace.errors import InvalidValueError
+from iotrace.trace.findings import FileFacts, KernelFacts, evaluate, evaluate_file, rank
 from iotrace.trace.info import smem_columns, smem_text
-from iotrace.trace.reports.launch_groups import config_findings, group_launches, group_metrics, unprofiled
+from iotrace.trace.reports.launch_groups import group_launches, group_metrics, unprofiled
 from iotrace.trace.reports.metricview import MetricView
-from iotrace.trace.reports.occupancy import OccupancyRow, occupancy_findings, occupancy_row
+from iotrace.trace.reports.ncu_rules import StoredRule, rules_status, stored_rules
+from iotrace.trace.reports.occupancy import OccupancyRow, occupancy_row
 from iotrace.trace.reports.op_roofline import OP_COLUMNS, op_rooflines
+from iotrace.trace.reports.origin import Origin, classify
 from iotrace.trace.reports.plugin_costs import PluginMatch, match_plugins
 from iotrace.trace.reports.range_roofline import RangeRooflines, plugin_models_by_launch, range_rooflines
-from iotrace.trace.reports.records import Evidence, Finding, Unavailable
-from iotrace.trace.reports.roofline import RooflinePoint, roofline_findings, roofline_point
+from iotrace.trace.reports.records import Finding, Unavailable
+from iotrace.trace.reports.roofline import RooflinePoint, roofline_point
 from iotrace.trace.reports.source_lines import KernelSourceLines, source_lines
-from iotrace.trace.reports.stalls import primary, stall_findings, stall_table
+from iotrace.trace.reports.stalls import primary, stall_table
 from iotrace.trace.reports.timeline import Timeline, timeline, timeline_findings
 from iotrace.trace.tables import TraceTables
 
@@ -66,9 +69,15 @@ class KernelReport:
     duration_stats: dict[str, float] | None = None
     #: False for launches with no counter in the file (their replay failed): nothing is analysed for them.
     profiled: bool = True
-    #: This row's place among its kernel name's launch configurations (1 of 1 when the name has one).
+    #: This row's place among its kernel name's distinct launch configurations (1 of 1 when the name has one).
     config_index: int = 1
     configs_of_name: int = 1
+    #: Where the kernel comes from, by its name (:mod:`iotrace.trace.reports.origin`); advice fits it.
+    origin: Origin | None = None
+    #: Nsight Compute's own rule results stored in the file for this row (its first launch).
+    stored_rules: list[StoredRule] = field(default_factory=list)
+    #: The row's share of the selection's kernel time, in percent.
+    share_pct: float | None = None
 
     def smem_text(self) -> str:
         """Shared memory per block for a person: "148,992 B (0 static + 148,992 dynamic)", "87,568 B" (the file
@@ -110,7 +119,11 @@ class KernelReport:
             "duration_ns": self.duration_ns, "launches": self.launches, "measured_launches": self.measured_launches,
             "duration_stats": self.duration_stats, "launch_ids": self.launch_ids, "total_ns": self.total_ns,
             "profiled": self.profiled, "configuration": {"index": self.config_index, "of": self.configs_of_name},
-            "plugin": self.plugin,
+            "plugin": self.plugin, "share_pct": self.share_pct,
+            "origin": None if self.origin is None else {"family": self.origin.family, "label": self.origin.label,
+                                                        "library": self.origin.library,
+                                                        "built_for": self.origin.built_for,
+                                                        "evidence": self.origin.evidence},
             "occupancy": self.occupancy.to_dict() if self.occupancy is not None else
             {"theoretical_pct": None, "theoretical_pct_ncu": None, "achieved_pct": None, "limiters": []},
             "stalls": self.stall_shares(),
@@ -129,6 +142,7 @@ class KernelReport:
                 "levels": [vars(lv) for lv in roof.levels], "sol": roof.sol,
                 "model": None if roof.model is None else vars(roof.model)},
             "findings": [f.to_dict() for f in self.findings],
+            "ncu_rules": [r.to_dict() for r in self.stored_rules],
         }
 
 
@@ -166,6 +180,8 @@ class Report:
     #: Per profiled row, its top source lines by stall samples (:mod:`iotrace.trace.reports.source_lines`); empty
     #: where the trace has no per-address samples.
     source_lines: list[KernelSourceLines] = field(default_factory=list)
+    #: Findings over the whole selection before ``top`` cut them (``len(findings)`` when nothing was cut).
+    findings_total: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -222,7 +238,8 @@ class Report:
             "timeline": None if self.timeline is None else self.timeline.to_dict(),
             "ops": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
                     for row in self.ops.to_dict("records")],
-            "findings": [f.to_dict() for f in self.findings], "unavailable": self.unavailable,
+            "findings": [f.to_dict() for f in self.findings],
+            "findings_total": max(self.findings_total, len(self.findings)), "unavailable": self.unavailable,
             "notes": self.notes,
             "ranges": None if self.range_rooflines is None else self.range_rooflines.to_dict(),
             "source_lines": [lines.to_dict() for lines in self.source_lines],
@@ -259,6 +276,20 @@ def _device_cc(tables: TraceTables, device: Any, card: Card | None) -> str | Non
         if len(ccs):
             return str(ccs.iloc[0])
     return card.cc if card is not None else None
+
+
+def _device_sms(tables: TraceTables, device: Any, card: Card | None) -> tuple[int | None, str]:
+    """The SM count of the device a kernel ran on (the file's device row, else the card's) and where it came from."""
+    devices = tables.devices
+    if len(devices) and "sm_count" in devices:
+        same = devices[devices["device"] == device] if device is not None and not pd.isna(device) else devices
+        counts = (same if len(same) else devices)["sm_count"].dropna()
+        counts = counts[counts > 0]
+        if len(counts):
+            return int(counts.iloc[0]), "the file's device"
+    if card is not None and card.sm_count:
+        return card.sm_count, f"card {card.key}"
+    return None, ""
 
 
 def _smem(tables: TraceTables, kernels: pd.DataFrame) -> pd.DataFrame:
@@ -320,27 +351,40 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     kernels: list[KernelReport] = []
     occ_rows, roof_rows = [], []
     findings: list[Finding] = []
+    file_ns = every["total_ns"].sum(min_count=1)
+    file_ns = None if pd.isna(file_ns) else float(file_ns)
     for row in selected.to_dict("records"):
         kid, name = int(row["id"]), str(row["name"])
         duration = row["mean_ns"] if pd.notna(row["mean_ns"]) else None
-        occ, point, kernel_findings = None, None, []
+        total = row["total_ns"] if pd.notna(row["total_ns"]) else None
+        cc = _device_cc(tables, row["device"], resolved)
+        sms, sms_source = _device_sms(tables, row["device"], resolved)
+        occ, point = None, None
         if row["profiled"]:
-            occ, occ_missing = occupancy_row(pd.Series(row), view, _device_cc(tables, row["device"], resolved))
+            occ, occ_missing = occupancy_row(pd.Series(row), view, cc)
             point, roof_missing = roofline_point(view, kid, name, duration, resolved, ceilings,
                                                  plugins.models.get(kid))
             missing += occ_missing + roof_missing
-            kernel_findings = (stall_findings(stalls, view, kid, name, plugins.params_of(kid))
-                               + ([] if point is None else roofline_findings(point)) + occupancy_findings(occ))
+        origin = classify(name)
+        stored = stored_rules(tables, list(row["launch_ids"]))
+        facts = KernelFacts(
+            kid, name, int(row["launches_total"]), tuple(row["launch_ids"]), bool(row["profiled"]),
+            tuple(_int(row[f"grid_{a}"]) for a in "xyz"), tuple(_int(row[f"block_{a}"]) for a in "xyz"),  # type: ignore
+            total, file_ns, origin, cc, sms, sms_source, occ, point, primary(stalls, kid),
+            view.get(kid, "smsp__issue_active.avg.per_cycle_active") if view else None,
+            view.get(kid, "launch__waves_per_multiprocessor") if view else None,
+            plugins.params_of(kid), tuple(stored))
+        kernel_findings = evaluate(facts)
         findings += kernel_findings
         stats = None if pd.isna(row["median_ns"]) else {s: float(row[f"{s}_ns"]) for s in ("min", "median", "max")}
         kernels.append(KernelReport(kid, name, [_int(row[f"grid_{a}"]) for a in "xyz"],
                                     [_int(row[f"block_{a}"]) for a in "xyz"], _int(row["registers_per_thread"]),
-                                    duration, int(row["launches_total"]),
-                                    row["total_ns"] if pd.notna(row["total_ns"]) else None, occ,
+                                    duration, int(row["launches_total"]), total, occ,
                                     stalls[stalls["kernel_id"] == kid], point, plugins.plugin_of.get(kid),
                                     kernel_findings, _int(row["static_smem_bytes"]), _int(row["dynamic_smem_bytes"]),
                                     _int(row["smem_bytes"]), list(row["launch_ids"]), int(row["measured"]), stats,
-                                    bool(row["profiled"]), int(row["config_index"]), int(row["configs_of_name"])))
+                                    bool(row["profiled"]), int(row["config_index"]), int(row["configs_of_name"]),
+                                    origin, stored, facts.share_pct))
         if occ is None:
             continue
         occ_rows.append({"kernel_id": kid, "kernel": name, **{k: v for k, v in occ.to_dict().items()
@@ -356,8 +400,13 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         line = timeline(tables)
         missing += line.unavailable
         findings += timeline_findings(line)
-    findings += config_findings(every) + _unprofiled_findings(every, tables.meta)
+    configs = _select(tables, kernel, False)[0] if each_launch else None
+    findings += evaluate_file(FileFacts(every, dict(tables.meta), configs))
+    ranked = rank(findings)
     notes = list(tables.meta.get("notes", [])) + plugins.notes
+    status = rules_status(tables)
+    if status is not None:
+        notes.append(status)
     if line is None and tables.meta.get("format") in ("ncu-rep", "ncu-csv"):
         notes.append("timeline: not applicable to an Nsight Compute report (it replays kernels one at a time); "
                      "use an nsys or torch.profiler trace")
@@ -366,10 +415,11 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     missing += lines_missing
     ops = op_rooflines(tables, resolved) if tables.rows("ops") else pd.DataFrame(columns=OP_COLUMNS)
     return Report(tables.meta, resolved, card_source, kernels, stalls, pd.DataFrame(occ_rows),
-                  pd.DataFrame(roof_rows), line, findings, _dedupe(missing, tables.meta), notes, tables, view,
+                  pd.DataFrame(roof_rows), line, ranked[:top], _dedupe(missing, tables.meta), notes, tables, view,
                   grouped, ops, len(every), int(every["name"].nunique()), int(every["launches_total"].sum()),
                   each_launch, range_rooflines=_range_rooflines(tables, resolved, ceilings, top, every, plugins,
-                                                                (plugin, shape, dtype)), source_lines=hot_lines)
+                                                                (plugin, shape, dtype)), source_lines=hot_lines,
+                  findings_total=len(ranked))
 
 
 def _range_rooflines(tables: TraceTables, card: Card | None, ceilings: str, top: int, every: pd.DataFrame,
@@ -380,25 +430,6 @@ def _range_rooflines(tables: TraceTables, card: Card | None, ceilings: str, top:
         plugins = match_plugins(every, card, plugin, shape, dtype)
     return range_rooflines(tables, card, ceilings=ceilings, top=top, plugin_models=plugin_models_by_launch(every,
                                                                                                          plugins))
-
-
-def _unprofiled_findings(groups: pd.DataFrame, meta: Mapping[str, Any]) -> list[Finding]:
-    """One finding for every launch with no counters in the file: named once, with the capture's command."""
-    failed = groups[~groups["profiled"]]
-    if failed.empty:
-        return []
-    ids = [i for ids in failed["launch_ids"] for i in ids]
-    names = ", ".join(f"#{i}" for i in ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
-    kernels = "; ".join(sorted({str(n) for n in failed["name"]}))
-    command = meta.get("command")
-    ran = f"the capture ran `{command}`" if command else "the file does not store the capture's command"
-    return [Finding("profiling", f"{len(ids)} launch{'es were' if len(ids) != 1 else ' was'} not profiled (no "
-                    f"counters in the file; Nsight Compute's replay of {'them' if len(ids) != 1 else 'it'} failed): "
-                    f"{names} ({kernels}). Nothing is reported for {'them' if len(ids) != 1 else 'it'}, and no "
-                    "section is missing because of them.", (Evidence("launches without counters", len(ids)),),
-                    f"profile {'them' if len(ids) != 1 else 'it'} again ({ran}; narrow it with --kernel-name and "
-                    "--launch-skip/--launch-count, and read ncu's ==PROF== lines for why the replay failed)",
-                    kernel_id=int(failed["id"].iloc[0]), kernel=str(failed["name"].iloc[0]))]
 
 
 _SECTION = re.compile(r"--section (\w+)")

@@ -28,7 +28,8 @@ from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.plugin_costs import KernelModel
 from iotrace.trace.reports.records import Basis, Evidence, Finding, Unavailable
 
-__all__ = ["LATENCY_PCT", "MODEL_EXCESS", "Level", "RooflinePoint", "roofline_findings", "roofline_point"]
+__all__ = ["BALANCED_POINTS", "BINDS_PCT", "LATENCY_PCT", "MODEL_EXCESS", "Level", "RooflinePoint", "roofline_point",
+           "sol_bound"]
 
 #: A level's sector is 32 bytes at L1TEX and L2 (Nsight Compute Kernel Profiling Guide, "Memory Tables": "a
 #: sector is an aligned 32 byte-chunk of memory").
@@ -38,6 +39,10 @@ SECTOR_BYTES = 32
 #: ("Achieved compute throughput and/or memory bandwidth below 60.0% of peak typically indicate latency issues",
 #: Nsight Compute sections/SpeedOfLight.py, `latency_bound_threshold = 60`).
 LATENCY_PCT = 60.0
+#: A unit at or above 80% of its peak binds, and a unit 10 points ahead of the other leads: the same rule's
+#: `no_bound_threshold = 80` and `balanced_threshold = 10`.
+BINDS_PCT = 80.0
+BALANCED_POINTS = 10.0
 
 #: Counted DRAM bytes above 1.2× the algorithm's minimum are flagged (re-reads, uncoalesced access, spills):
 #: iotrace's own threshold for "model vs counter" findings: above 20 % the excess is more than measurement noise
@@ -104,6 +109,15 @@ class RooflinePoint:
 
     def level(self, name: str) -> Level | None:
         return next((lv for lv in self.levels if lv.level == name), None)
+
+    @property
+    def utilisation_pct(self) -> float | None:
+        """How near the binding roof the kernel runs, in percent: the more utilised speed-of-light unit where the
+        bound came from those throughputs, else the % of the attainable roofline. At x%, nothing but moving fewer
+        bytes or doing fewer FLOPs can save more than (100 - x)% of its time."""
+        if self.bound_basis == "speed of light" and self.sol:
+            return max(self.sol.values())
+        return self.pct_of_attainable
 
     @property
     def dram_bytes(self) -> float | None:
@@ -355,7 +369,7 @@ def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float |
             if not sol:
                 return None, missing
             return RooflinePoint(kid, kernel, "measured", duration_ns, None, {}, "none: no FLOPs counted", None, (),
-                                 None, "none", None, None, None, None, None, _sol_bound(sol), None, sol,
+                                 None, "none", None, None, None, None, None, sol_bound(sol), None, sol,
                                  "speed of light"), missing
         basis = "modelled"
         by_precision = {model.cost.peak: model.cost.flops}
@@ -380,8 +394,8 @@ def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float |
     dram = next((lv for lv in levels if lv.level == "dram"), None)
     ridge, achieved, attainable, pct, bound = _judge(flops, dram, peak, seconds)
     bound_basis = "roofline"
-    if bound is None and _sol_bound(sol) is not None:
-        bound, bound_basis = _sol_bound(sol), "speed of light"
+    if sol_bound(sol) is not None:  # the verdict ncu's own SOLBottleneck rule reaches: one verdict, never two
+        bound, bound_basis = sol_bound(sol), "speed of light"
     return RooflinePoint(kid, kernel, basis, duration_ns, flops, by_precision, flops_source, precision,
                          tuple(levels), peak, peak_source, None if dram is None else dram.intensity, ridge, achieved,
                          attainable, pct, bound, comparison, sol, bound_basis), missing
@@ -395,80 +409,17 @@ def _speed_of_light(view: MetricView, kid: int) -> dict[str, float]:
     ) if value is not None}
 
 
-def _sol_bound(sol: dict[str, float]) -> str | None:
-    """The bound from the speed-of-light throughputs, as ncu's SOLBottleneck rule reads them: both below
-    :data:`LATENCY_PCT` is latency; otherwise the more utilised unit (SM: compute, memory: memory)."""
+def sol_bound(sol: dict[str, float]) -> str | None:
+    """The bound from the speed-of-light throughputs by ncu's SOLBottleneck rule: a unit at or above
+    :data:`BINDS_PCT` binds (the more utilised of SM and memory); both below :data:`LATENCY_PCT` is latency; between,
+    the unit ahead by :data:`BALANCED_POINTS` or more leads ("compute" or "memory"), else "balanced"."""
     sm, memory = sol.get("sm_throughput_pct"), sol.get("memory_throughput_pct")
     if sm is None or memory is None:
         return None
+    if max(sm, memory) >= BINDS_PCT:
+        return "compute" if sm >= memory else "memory"
     if max(sm, memory) < LATENCY_PCT:
         return "latency"
-    return "compute" if sm >= memory else "memory"
-
-
-def roofline_findings(point: RooflinePoint) -> list[Finding]:
-    """The bound in plain words, and the model comparison when the kernel is an iotrace plugin."""
-    out: list[Finding] = []
-    label = f"({point.basis})"
-    if point.bound is not None and point.bound_basis == "speed of light":
-        sm, memory = point.sol["sm_throughput_pct"], point.sol["memory_throughput_pct"]
-        evidence = (Evidence("sm__throughput.avg.pct_of_peak_sustained_elapsed", round(sm, 1), "", "%"),
-                    Evidence("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", round(memory, 1),
-                             f"latency bound when both are below {LATENCY_PCT:g}% (ncu SOLBottleneck rule)", "%"))
-        lead = {"latency": "Latency bound", "compute": "Compute bound", "memory": "Memory bound"}[point.bound]
-        text = (f"{lead} ({point.basis}, speed of light): SM throughput {sm:.1f}% and memory throughput "
-                f"{memory:.1f}% of peak. The file has no DRAM bytes or FLOPs, so this is not a roofline placement.")
-        try_next = {"latency": "Look at the warp stalls: keep more memory requests in flight, raise occupancy, or "
-                               "give each thread more independent work.",
-                    "compute": "Use a faster pipe (tensor cores, lower precision) or remove redundant instructions.",
-                    "memory": "Move fewer bytes: fuse with neighbouring kernels, use narrower types, or reuse data "
-                              "from shared memory/L2."}[point.bound]
-        out.append(Finding("roofline", text, evidence, try_next, point.basis, point.kernel_id, point.kernel,
-                           "info" if point.bound != "latency" else "warning"))
-    elif point.bound is not None and point.pct_of_attainable is not None:
-        evidence = [Evidence("% of attainable", round(point.pct_of_attainable, 1),
-                             f"latency bound below {LATENCY_PCT:g}% (ncu SOLBottleneck rule)")]
-        if point.intensity is not None:
-            evidence.append(Evidence("DRAM intensity", point.intensity, f"ridge {point.ridge:.3g}" if point.ridge
-                                     else "", "FLOP/byte"))
-        for name, value in point.sol.items():
-            evidence.append(Evidence(name, round(value, 1), "", "%"))
-        if point.bound == "memory":
-            where = (f"at intensity {_num(point.intensity)} FLOP/byte, left of the ridge ({_num(point.ridge)})"
-                     if point.intensity is not None else "of bandwidth")
-            text = f"Memory bound {label}: {point.pct_of_attainable:.0f}% of the DRAM roof {where}."
-            try_next = ("Move fewer bytes: fuse with neighbouring kernels, use narrower types, or reuse data from "
-                        "shared memory/L2; more FLOP/s will not help.")
-        elif point.bound == "compute":
-            text = (f"Compute bound {label}: {point.pct_of_attainable:.0f}% of the {point.precision} peak at "
-                    f"intensity {_num(point.intensity)} FLOP/byte, right of the ridge ({_num(point.ridge)}).")
-            try_next = "Use a faster pipe (tensor cores, lower precision) or remove redundant instructions."
-        else:
-            text = (f"Latency bound {label}: only {point.pct_of_attainable:.0f}% of the attainable "
-                    f"{'DRAM bandwidth' if not point.flops else 'FLOP/s'}; neither roof is near.")
-            try_next = ("Look at the warp stalls: keep more memory requests in flight, raise occupancy, or give "
-                        "each thread more independent work.")
-        if point.flops is None:
-            text += " FLOPs were not counted: judged by DRAM bandwidth alone."
-        out.append(Finding("roofline", text, tuple(evidence), try_next, point.basis, point.kernel_id, point.kernel,
-                           "info" if point.bound != "latency" else "warning"))
-    model = point.model
-    if model is not None and model.dram_ratio is not None:
-        evidence = (Evidence("DRAM bytes (measured)", point.dram_bytes, "", "B"),
-                    Evidence(f"{model.plugin} cost bytes (modelled)", model.bytes, model.formula, "B"),
-                    Evidence("ratio", round(model.dram_ratio, 2), f"flagged above {MODEL_EXCESS}"))
-        if model.dram_ratio > MODEL_EXCESS:
-            out.append(Finding("roofline", f"DRAM bytes are {model.dram_ratio:.1f}× what the algorithm needs "
-                                           f"({model.plugin} cost model).", evidence,
-                               "Look for re-reads (tiles too small for L2 reuse), uncoalesced access or register "
-                               "spills to local memory.", "measured", point.kernel_id, point.kernel))
-        else:
-            out.append(Finding("roofline", f"DRAM bytes are {model.dram_ratio:.2f}× the {model.plugin} cost model: "
-                                           "no excess traffic.", evidence, "", "measured", point.kernel_id,
-                               point.kernel, "info"))
-    return out
-
-
-def _num(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3g}"
-
+    if abs(sm - memory) >= BALANCED_POINTS:
+        return "compute" if sm > memory else "memory"
+    return "balanced"

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from iotrace.trace.reports.metricview import MetricView
-from iotrace.trace.reports.records import Evidence, Finding, Unavailable
-from iotrace.trace.reports.stall_reasons import canonical, reason, reasons
+from iotrace.trace.reports.records import Unavailable
+from iotrace.trace.reports.stall_reasons import canonical, reasons
 
-__all__ = ["FAMILIES", "STALL_COLUMNS", "StallFamily", "stall_findings", "stall_table"]
+__all__ = ["FAMILIES", "STALL_COLUMNS", "StallFamily", "primary", "stall_table"]
 
 
 @dataclass(frozen=True)
@@ -113,35 +113,3 @@ def primary(table: pd.DataFrame, kernel_id: int) -> pd.DataFrame:
         if len(part):
             return part.sort_values("rank")
     return mine
-
-
-def stall_findings(table: pd.DataFrame, view: MetricView, kernel_id: int, kernel: str,
-                   plugin_params: frozenset[str] = frozenset()) -> list[Finding]:
-    """The dominant stall reason of a kernel, in plain words, when it crosses ncu's CPIStall threshold."""
-    ranked = primary(table, kernel_id)
-    stalls = ranked[[not reason(r).not_a_stall for r in ranked["reason"]]]
-    if stalls.empty:
-        return []
-    top = stalls.iloc[0]
-    issue = view.get(kernel_id, "smsp__issue_active.avg.per_cycle_active")
-    if float(top["share"]) <= DOMINANT_SHARE or (issue is not None and issue >= ISSUE_ACTIVE_LIMIT):
-        return []
-    info = reason(str(top["reason"]))
-    family = next(f for f in FAMILIES if f.key == top["family"])
-    total = float(ranked["value"].sum())
-    unit = "cycles per issued instruction" if family.key != "sampling" else "samples"
-    text = (f"{info.label} dominates: {float(top['share']) * 100:.0f}% of the {unit} "
-            f"({float(top['value']):.4g} of {total:.4g}). {info.meaning}")
-    evidence = [Evidence(str(top["metric"]), float(top["value"]), f"share {float(top['share']):.2f} > "
-                         f"{DOMINANT_SHARE} (ncu CPIStall rule)")]
-    if issue is not None:
-        evidence.append(Evidence("smsp__issue_active.avg.per_cycle_active", issue, f"< {ISSUE_ACTIVE_LIMIT}"))
-    try_next = f"Usual causes: {info.causes} Try: {info.knob}"
-    knobs = [p for p in info.params if p in plugin_params]
-    if knobs:
-        try_next += f" In this iotrace kernel, tune {', '.join(knobs)}."
-    if len(stalls) > 1:
-        second = stalls.iloc[1]
-        text += (f" Next: {reason(str(second['reason'])).label} "
-                 f"({float(second['share']) * 100:.0f}%).")
-    return [Finding("warp stalls", text, tuple(evidence), try_next, "measured", kernel_id, kernel)]

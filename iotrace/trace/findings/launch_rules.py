@@ -1,0 +1,177 @@
+"""The rules an expert checks first, from the launch alone: a grid that cannot fill the GPU, a partial last wave, a
+binary built for an older architecture than the device; and, over the whole selection, launches that were not
+profiled and names launched in several configurations."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from iotrace.trace.findings.advice import next_step
+from iotrace.trace.findings.facts import KernelFacts
+from iotrace.trace.findings.rule import Rule, finding
+from iotrace.trace.reports.launch_groups import config_text
+from iotrace.trace.reports.origin import older_build
+from iotrace.trace.reports.records import Evidence, Finding
+
+__all__ = ["FILE_RULES", "LAUNCH_RULES", "TAIL_SHARE", "TINY_BLOCKS", "FileFacts"]
+
+#: A grid of this many blocks or fewer, or of one warp in all, is called tiny: it uses a sliver of any GPU.
+TINY_BLOCKS = 4
+#: A partial last wave is flagged when it can waste this share of the time or more: Nsight Compute's
+#: LaunchConfiguration rule flags a tail effect from `potential_tail_effect >= 0.2` (sections/LaunchStatistics.py).
+TAIL_SHARE = 0.2
+LAUNCH_RULE = "Nsight Compute's LaunchConfiguration rule (sections/LaunchStatistics.py)"
+
+
+def _wave(facts: KernelFacts) -> tuple[float, str, str] | None:
+    """Waves of the grid over the GPU, where from ("launch__waves_per_multiprocessor" or iotrace's arithmetic), and
+    the basis: blocks / (SMs x blocks per SM)."""
+    if facts.waves_file is not None:
+        return facts.waves_file, "launch__waves_per_multiprocessor", "measured"
+    blocks, per_sm = facts.blocks, facts.blocks_per_sm
+    if blocks is None or not facts.sms or per_sm is None:
+        return None
+    return blocks / (facts.sms * per_sm), f"{blocks} blocks / ({facts.sms} SMs x {per_sm} blocks per SM)", "modelled"
+
+
+def _small_grid(facts: KernelFacts) -> list[Finding]:
+    blocks, sms = facts.blocks, facts.sms
+    if blocks is None or not sms or blocks >= sms:
+        return []
+    per_sm = facts.blocks_per_sm or 1
+    threads = facts.threads_per_block
+    tiny = blocks <= TINY_BLOCKS or (threads is not None and blocks * threads <= 32)
+    idle = 1.0 - blocks / (sms * per_sm)
+    shape = f"{blocks} block{'s' * (blocks != 1)}" + (f" of {threads} threads" if threads is not None else "")
+    text = (f"{'Tiny' if tiny else 'Small'} grid: {shape} on a {sms}-SM GPU" +
+            (f" ({blocks * threads} thread{'s' * (blocks * threads != 1)} in all)" if tiny and threads else "") +
+            f"; under one wave, {idle:.0%} of the GPU's block slots sit idle.")
+    evidence = (Evidence("launch__grid_size", blocks, f"< {sms} SMs ({facts.sms_source}; {LAUNCH_RULE})"),
+                Evidence("blocks per SM", per_sm, "iotrace occupancy calculator" if facts.blocks_per_sm else
+                         "1 assumed (no occupancy)"))
+    return [finding(SMALL_GRID, facts, text, evidence, next_step(facts, "small-grid"), basis="derived",
+                    fraction=idle, reasoning=f"1 - blocks / (SMs x blocks per SM) = 1 - {blocks} / ({sms} x {per_sm}): "
+                    "the idle share of the GPU, if the work spread over every slot")]
+
+
+SMALL_GRID = Rule("small-grid", "launch", "blocks in the grid < the device's SM count", LAUNCH_RULE, _small_grid)
+
+
+def _tail(facts: KernelFacts) -> list[Finding]:
+    wave = _wave(facts)
+    if wave is None:
+        return []
+    waves, source, basis = wave
+    whole = math.ceil(waves - 1e-9)
+    if waves < 1.0 or whole == waves:
+        return []
+    wasted = (whole - waves) / whole
+    if wasted < TAIL_SHARE:
+        return []
+    return [finding(TAIL, facts, f"Partial last wave: {waves:.2f} waves, so the last of {whole} runs "
+                    f"{(waves - whole + 1):.0%} full and up to {wasted:.0%} of the time the GPU is partly idle.",
+                    (Evidence("waves", round(waves, 3), f"{source}; flagged when (ceil(w) - w) / ceil(w) >= "
+                              f"{TAIL_SHARE:g} ({LAUNCH_RULE})"),),
+                    next_step(facts, "tail"), basis="derived" if basis == "measured" else "modelled",
+                    fraction=wasted, reasoning=f"(ceil(w) - w) / ceil(w) = ({whole} - {waves:.2f}) / {whole}, with "
+                    "every block taking the same time")]
+
+
+TAIL = Rule("tail", "launch", "waves w >= 1 with a partial last wave wasting (ceil(w) - w) / ceil(w) >= "
+            f"{TAIL_SHARE:g}", LAUNCH_RULE, _tail)
+
+
+def _old_build(facts: KernelFacts) -> list[Finding]:
+    origin = facts.origin
+    if not older_build(origin, facts.device_cc):
+        return []
+    return [finding(OLD_BUILD, facts, f"A {origin.label} kernel built for compute capability {origin.built_for} runs "
+                    f"on a {facts.device_cc} device: it cannot use the newer architecture's instructions (e.g. "
+                    "wgmma and TMA from 9.0).",
+                    (Evidence("built for", origin.built_for, origin.evidence),
+                     Evidence("device compute capability", facts.device_cc)),
+                    next_step(facts, "old-build"), basis="derived", severity="warning")]
+
+
+OLD_BUILD = Rule("old-build", "launch", "the architecture the kernel's name states is older (major) than the device's",
+                 "CUDA C++ Programming Guide, 'Binary Compatibility' (a cubin runs on later majors only through PTX "
+                 "JIT or not at all)", _old_build)
+
+LAUNCH_RULES: tuple[Rule, ...] = (SMALL_GRID, TAIL, OLD_BUILD)
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """The whole selection's rows (:func:`iotrace.trace.reports.launch_groups.group_launches`) and the file's meta."""
+
+    groups: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: The same rows grouped by launch configuration (``groups`` itself unless launches are listed one by one).
+    configs: pd.DataFrame | None = None
+
+
+def _not_profiled(facts: FileFacts) -> list[Finding]:
+    """Every launch with no counters in the file, named once, with the capture's command: never analysed."""
+    groups = facts.groups
+    failed = groups[~groups["profiled"]]
+    if failed.empty:
+        return []
+    ids = [i for ids in failed["launch_ids"] for i in ids]
+    them = "them" if len(ids) != 1 else "it"
+    names = ", ".join(f"#{i}" for i in ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
+    kernels = "; ".join(sorted({str(n) for n in failed["name"]}))
+    command = facts.meta.get("command")
+    ran = f"the capture ran `{command}`" if command else "the file does not store the capture's command"
+    return [Finding("profiling", f"{len(ids)} launch{'es' if len(ids) != 1 else ''} not profiled (the replay "
+                    f"failed: no counters in the file): {names} ({kernels}). Nothing is analysed, averaged or "
+                    f"advised for {them}, and no section is missing because of {them}.",
+                    (Evidence("launches without counters", len(ids)),),
+                    f"profile {them} again ({ran}; narrow it with --kernel-name and --launch-skip/--launch-count, "
+                    "and read ncu's ==PROF== lines for why the replay failed)", "measured",
+                    int(failed["id"].iloc[0]), str(failed["name"].iloc[0]), "warning", NOT_PROFILED.id)]
+
+
+NOT_PROFILED = Rule("not-profiled", "profiling", "a launch has no counter in the file while others have some",
+                    "Nsight Compute leaves a failed replay's metrics empty", _not_profiled, scope="file")
+
+
+def _configurations(facts: FileFacts) -> list[Finding]:
+    """One finding per kernel name launched in more than one distinct launch configuration."""
+    groups = facts.configs if facts.configs is not None else facts.groups
+    column = next((c for c in ("achieved_occupancy_pct", "est_achieved_occupancy_pct") if c in groups
+                   and groups[c].notna().any()), None)
+    out: list[Finding] = []
+    for name, rows in groups[groups["configs_of_name"] > 1].groupby("name", sort=False):
+        totals = [float(t) if pd.notna(t) else 0.0 for t in rows["total_ns"]]
+        total = sum(totals)
+        occupancy = [None if column is None or pd.isna(o) else float(o)
+                     for o in (rows[column] if column else [None] * len(rows))]
+        weighted = [(o, t) for o, t in zip(occupancy, totals, strict=True) if o is not None and t > 0]
+        mean = sum(o * t for o, t in weighted) / sum(t for _, t in weighted) if weighted else None
+        label = "achieved" if column == "achieved_occupancy_pct" else "estimated achieved"
+        parts = [f"{config_text(r)}: {int(r['launches_total'])} launch{'es' * (int(r['launches_total']) != 1)}, "
+                 + (f"{t / total * 100:.1f}% of its time" if total > 0 else "time not recorded")
+                 + ("" if o is None else f", {o:.1f}% occupancy")
+                 for r, t, o in zip(rows.to_dict("records"), totals, occupancy, strict=True)]
+        text = (f"{name} ran in {len(rows)} distinct launch configurations — " + "; ".join(parts)
+                + (f". Time-weighted {label} occupancy over all its launches: {mean:.1f}%." if mean is not None
+                   else "."))
+        evidence = tuple(Evidence(f"configuration {i + 1} launches", int(r["launches_total"]), config_text(r))
+                         for i, r in enumerate(rows.to_dict("records")))
+        if mean is not None:
+            evidence += (Evidence(f"time-weighted {label} occupancy", round(mean, 2), unit="%"),)
+        out.append(Finding("launch configurations", text, evidence,
+                           "tune each configuration on its own: occupancy and the bound differ between them",
+                           "measured", int(rows["id"].iloc[0]), str(name), "info", CONFIGURATIONS.id))
+    return out
+
+
+CONFIGURATIONS = Rule("configurations", "launch configurations", "one kernel name launched in more than one distinct "
+                      "grid/block/registers/shared-memory configuration", "iotrace (a row per configuration hides "
+                      "nothing; the finding says what one row per name would)", _configurations, scope="file")
+
+FILE_RULES: tuple[Rule, ...] = (NOT_PROFILED, CONFIGURATIONS)
