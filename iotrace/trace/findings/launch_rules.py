@@ -25,6 +25,12 @@ TINY_BLOCKS = 4
 #: LaunchConfiguration rule flags a tail effect from `potential_tail_effect >= 0.2` (sections/LaunchStatistics.py).
 TAIL_SHARE = 0.2
 LAUNCH_RULE = "Nsight Compute's LaunchConfiguration rule (sections/LaunchStatistics.py)"
+#: Per device major, what its architecture added that an older build cannot use (NVIDIA's Ampere, Hopper and Blackwell
+#: architecture whitepapers; PTX ISA: cp.async from sm_80, wgmma and cp.async.bulk.tensor (TMA) from sm_90a,
+#: tcgen05 from sm_100a).
+NEWER_INSTRUCTIONS = {7: "tensor-core mma", 8: "cp.async, bf16 and tf32 tensor-core mma",
+                      9: "wgmma, TMA, thread-block clusters", 10: "tcgen05 tensor-core instructions, TMA",
+                      12: "fp4/fp6 tensor-core mma"}
 
 
 def _wave(facts: KernelFacts) -> tuple[float, str, str] | None:
@@ -89,12 +95,13 @@ def _old_build(facts: KernelFacts) -> list[Finding]:
     origin = facts.origin
     if not older_build(origin, facts.device_cc):
         return []
+    newer = NEWER_INSTRUCTIONS.get(int(float(facts.device_cc or 0)), "")
     return [finding(OLD_BUILD, facts, f"A {origin.label} kernel built for compute capability {origin.built_for} runs "
-                    f"on a {facts.device_cc} device: it cannot use the newer architecture's instructions (e.g. "
-                    "wgmma and TMA from 9.0).",
+                    f"on a {facts.device_cc} device: it cannot use what the device's architecture added"
+                    + (f" ({newer})." if newer else "."),
                     (Evidence("built for", origin.built_for, origin.evidence),
                      Evidence("device compute capability", facts.device_cc)),
-                    next_step(facts, "old-build"), basis="derived", severity="warning")]
+                    next_step(facts, "old-build"), basis="derived", severity="info")]
 
 
 OLD_BUILD = Rule("old-build", "launch", "the architecture the kernel's name states is older (major) than the device's",

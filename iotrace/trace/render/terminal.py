@@ -194,6 +194,15 @@ def _top_findings(console: Console, report: Report) -> None:
     shown, total = len(report.findings), max(report.findings_total, len(report.findings))
     more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
     _findings(console, report.findings, f"Top findings (ranked by the time they can save{more})")
+    stored = report.stored_ranked()
+    if stored:
+        console.print()
+        console.print("[bold]Nsight Compute's own analysis[/] (rule results stored in the file, ranked by est. "
+                      "global speedup x the kernel's time)")
+        for number, row in enumerate(stored, 1):
+            saves = "" if row["saves_ns"] is None else f"~{duration(row['saves_ns'])} "
+            console.print(f" {number:>2}. #{row['kernel_id']} {escape(_name(console, row['kernel'], 40))}: "
+                          f"{saves}{escape(row['text'])}")
 
 
 def _stored_rules(console: Console, k: KernelReport) -> None:

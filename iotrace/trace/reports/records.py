@@ -2,7 +2,8 @@
 
 A :class:`Finding` is one sentence a person can act on, with the evidence (metric, value, threshold), what to try,
 the rule that drew it (:mod:`iotrace.trace.findings`) and, where one can be bounded, the :class:`Gain`: an upper
-bound on the time the advice can save, so findings across a whole file rank by microseconds. An :class:`Unavailable` says which metric a report needed and the ncu section that collects it, so a missing counter
+bound on the time the advice can save, so findings across a whole file rank by microseconds. An
+:class:`Unavailable` says which metric a report needed and the ncu section that collects it, so a missing counter
 reads as "not available: needs metric X (collect with `ncu --section Y`)", never as a zero.
 """
 

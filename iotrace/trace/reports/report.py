@@ -182,6 +182,25 @@ class Report:
     source_lines: list[KernelSourceLines] = field(default_factory=list)
     #: Findings over the whole selection before ``top`` cut them (``len(findings)`` when nothing was cut).
     findings_total: int = 0
+    #: Every row of the selection, analysed (``kernels`` is the first ``top`` of them).
+    every_row: list[KernelReport] = field(default_factory=list, repr=False)
+
+    def stored_ranked(self, limit: int = 5) -> list[dict[str, Any]]:
+        """Nsight Compute's stored rule results with a global speedup estimate, across every row of the selection,
+        ranked by the time that estimate stands for (speedup % x the row's total time): its GUI shows them one kernel
+        at a time.
+        A local estimate is a unit's efficiency, not time (NvRules API, SpeedupType), so it is not ranked here."""
+        out = []
+        for k in self.every_row or self.kernels:
+            for rule in k.stored_rules:
+                if rule.speedup_pct is None or rule.speedup_type != "global":
+                    continue
+                saves = None if k.total_ns is None else rule.speedup_pct / 100.0 * k.total_ns
+                out.append({"kernel_id": k.kernel_id, "kernel": k.name, "rule_id": rule.rule_id,
+                            "title": rule.title or rule.rule_name, "speedup_pct": rule.speedup_pct,
+                            "saves_ns": saves, "text": rule.text()})
+        out.sort(key=lambda r: (r["saves_ns"] is None, -(r["saves_ns"] or 0.0), -r["speedup_pct"]))
+        return out[:limit]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -239,7 +258,8 @@ class Report:
             "ops": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
                     for row in self.ops.to_dict("records")],
             "findings": [f.to_dict() for f in self.findings],
-            "findings_total": max(self.findings_total, len(self.findings)), "unavailable": self.unavailable,
+            "findings_total": max(self.findings_total, len(self.findings)),
+            "ncu_rules_ranked": self.stored_ranked(limit=len(self.kernels) * 50), "unavailable": self.unavailable,
             "notes": self.notes,
             "ranges": None if self.range_rooflines is None else self.range_rooflines.to_dict(),
             "source_lines": [lines.to_dict() for lines in self.source_lines],
@@ -340,10 +360,12 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     resolved, card_source = _resolve_card(tables, card)
     every, grouped = _select(tables, kernel, each_launch)
     view = MetricView(group_metrics(tables.metrics, every))
-    selected = every.head(top)
-    plugins: PluginMatch = match_plugins(selected, resolved, plugin, shape, dtype)
-    ids = [int(k) for k, profiled in zip(selected["id"], selected["profiled"], strict=True) if profiled]
+    # Every row is analysed, so findings rank across the whole selection; ``top`` cuts the rows and findings shown.
+    shown = set(every.head(top)["id"].astype(int))
+    plugins: PluginMatch = match_plugins(every, resolved, plugin, shape, dtype)
+    ids = [int(k) for k, profiled in zip(every["id"], every["profiled"], strict=True) if profiled]
     stalls, missing = stall_table(view, ids) if view else (stall_table(view, [])[0], [])
+    missing = [m for m in missing if m.kernel_id is None or m.kernel_id in shown]
     if not view:
         missing.append(Unavailable("warp stalls", "smsp__average_warps_issue_stalled_*_per_issue_active.ratio",
                                    "ncu --section WarpStateStats",
@@ -353,7 +375,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     findings: list[Finding] = []
     file_ns = every["total_ns"].sum(min_count=1)
     file_ns = None if pd.isna(file_ns) else float(file_ns)
-    for row in selected.to_dict("records"):
+    for row in every.to_dict("records"):
         kid, name = int(row["id"]), str(row["name"])
         duration = row["mean_ns"] if pd.notna(row["mean_ns"]) else None
         total = row["total_ns"] if pd.notna(row["total_ns"]) else None
@@ -364,7 +386,8 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
             occ, occ_missing = occupancy_row(pd.Series(row), view, cc)
             point, roof_missing = roofline_point(view, kid, name, duration, resolved, ceilings,
                                                  plugins.models.get(kid))
-            missing += occ_missing + roof_missing
+            if kid in shown:
+                missing += occ_missing + roof_missing
         origin = classify(name)
         stored = stored_rules(tables, list(row["launch_ids"]))
         facts = KernelFacts(
@@ -385,7 +408,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
                                     _int(row["smem_bytes"]), list(row["launch_ids"]), int(row["measured"]), stats,
                                     bool(row["profiled"]), int(row["config_index"]), int(row["configs_of_name"]),
                                     origin, stored, facts.share_pct))
-        if occ is None:
+        if occ is None or kid not in shown:
             continue
         occ_rows.append({"kernel_id": kid, "kernel": name, **{k: v for k, v in occ.to_dict().items()
                                                                 if k not in ("limits",)}})
@@ -410,16 +433,18 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     if line is None and tables.meta.get("format") in ("ncu-rep", "ncu-csv"):
         notes.append("timeline: not applicable to an Nsight Compute report (it replays kernels one at a time); "
                      "use an nsys or torch.profiler trace")
+    every_row, kernels = kernels, [k for k in kernels if k.kernel_id in shown]
     hot_lines, lines_missing = source_lines(tables, view, [(k.kernel_id, k.name, k.launch_ids) for k in kernels
                                                            if k.profiled])
     missing += lines_missing
     ops = op_rooflines(tables, resolved) if tables.rows("ops") else pd.DataFrame(columns=OP_COLUMNS)
-    return Report(tables.meta, resolved, card_source, kernels, stalls, pd.DataFrame(occ_rows),
+    return Report(tables.meta, resolved, card_source, kernels, stalls[stalls["kernel_id"].isin(list(shown))],
+                  pd.DataFrame(occ_rows),
                   pd.DataFrame(roof_rows), line, ranked[:top], _dedupe(missing, tables.meta), notes, tables, view,
                   grouped, ops, len(every), int(every["name"].nunique()), int(every["launches_total"].sum()),
                   each_launch, range_rooflines=_range_rooflines(tables, resolved, ceilings, top, every, plugins,
                                                                 (plugin, shape, dtype)), source_lines=hot_lines,
-                  findings_total=len(ranked))
+                  findings_total=len(ranked), every_row=every_row)
 
 
 def _range_rooflines(tables: TraceTables, card: Card | None, ceilings: str, top: int, every: pd.DataFrame,

@@ -1,0 +1,240 @@
+"""Conclusions tested like values (iotrace/trace/findings): each rule on a real corpus file where it fires and one
+where it must not, its gain against the file's own figures read with ``ncu_report``, the ranking (gain = fraction ×
+the row's time, largest first), and a sweep over the whole corpus for contradictions.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from iotrace.trace import load
+from iotrace.trace.findings.registry import RULES, rule
+from iotrace.trace.reports.report import Report, build_report
+from iotrace.trace.tables import TABLES, TraceTables, build
+from tests.conftest import CORPUS, ncu_launches
+
+T4 = "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep"
+H100_GEMM = "ncu-rep/h100sxm_bf16_gemm_pc_pipeline_full_ncu2024.1.ncu-rep"
+H100_1BLOCK = "ncu-rep/h100_stochastic_round_bf16_1block_full_ncu2024.3.ncu-rep"
+RTX4050 = "ncu-rep/rtx4050laptop_rgb_brightness_ncu2023.3.ncu-rep"
+GSZ = "ncu-rep/rtx2060super_gsz_compress_ncu2024.3.ncu-rep"
+DOT = "ncu-rep/gtx1660super_dot_product_full_ncu2024.1.ncu-rep"
+A10G = "ncu-rep/a10g_sgemm_tiling_variants_ncu2023.1.ncu-rep"
+JULIA = "ncu-rep/a40_julia_repeated_names_mixed_grids_ncu2022.4.ncu-rep"
+MINIWEATHER = "ncu-rep/v100_sxm2_miniweather_openacc_full_ncu2022.2.ncu-rep"
+TRT = "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite"
+
+SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+MEMORY = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+#: Advice only a kernel's author can follow: never given for a library kernel.
+SOURCE_KNOBS = ("num_warps", "num_stages", "BLOCK_", "tl.dot", "__launch_bounds__", "maxrregcount", "Triton",
+                "-gencode")
+#: Advice that hides latency: never the top finding of a kernel at a roof.
+LATENCY_ADVICE = ("in flight", "raise occupancy", "Raise occupancy", "Hide latency", "more resident warps")
+
+
+@cache
+def _report(name: str, **options: object) -> Report:
+    return build_report(load(CORPUS / name), top=1000, **options)  # type: ignore[arg-type]
+
+
+def _rules(report: Report, kernel_id: int | None = None) -> list[str]:
+    return [f.rule for f in report.findings if kernel_id is None or f.kernel_id == kernel_id]
+
+
+def test_every_rule_states_its_condition_and_cites_its_source() -> None:
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+    for r in RULES:
+        assert r.condition and r.source, r.id
+    with pytest.raises(KeyError, match="the rules are"):
+        rule("no-such-rule")
+
+
+def test_bound_at_a_roof_gets_the_roofs_advice_and_a_gain_of_one_minus_x(corpus: Path) -> None:
+    [(sm, memory, duration)] = ncu_launches(corpus / T4, lambda a: (
+        a.metric_by_name(SM).as_double(), a.metric_by_name(MEMORY).as_double(),
+        a.metric_by_name("gpu__time_duration.sum").as_double()))
+    report = _report(T4)
+    assert memory >= 80 > sm
+    [bound] = [f for f in report.findings if f.rule == "bound"]
+    assert bound.text.startswith("Memory bound") and bound.severity == "info"
+    assert bound.gain.fraction == pytest.approx(1 - memory / 100)
+    assert bound.gain.ns == pytest.approx((1 - memory / 100) * duration)
+    assert _rules(report) == ["bound"]  # at the roof: no stall, occupancy or achieved-gap advice
+    # No bound without counters: an nsys timeline's kernels get none.
+    assert "bound" not in _rules(_report(TRT))
+
+
+def test_a_tiny_grid_is_named_with_the_share_of_the_gpu_it_leaves_idle(corpus: Path) -> None:
+    launches = ncu_launches(corpus / H100_1BLOCK, lambda a: (
+        a.metric_by_name("launch__grid_size").as_double(),
+        a.metric_by_name("device__attribute_multiprocessor_count").as_double()))
+    report = _report(H100_1BLOCK)
+    small = [f for f in report.findings if f.rule == "small-grid"]
+    assert small and all(grid == 1 for grid, _ in launches)
+    sms = int(launches[0][1])
+    for f in small:
+        kernel = next(k for k in report.kernels if k.kernel_id == f.kernel_id)
+        per_sm = kernel.occupancy.result.active_blocks_per_sm
+        assert f.text.startswith("Tiny grid: 1 block") and f"{sms}-SM GPU" in f.text
+        assert f.gain.fraction == pytest.approx(1 - 1 / (sms * per_sm))
+    # The latency verdict on it points at the grid first.
+    [bound] = [f for f in report.findings if f.rule == "bound" and f.kernel_id == small[0].kernel_id]
+    assert bound.try_next.startswith("The grid cannot fill the GPU")
+    assert "small-grid" not in _rules(_report(T4))
+
+
+def test_a_partial_last_wave_is_flagged_from_the_files_wave_count(corpus: Path) -> None:
+    [waves] = ncu_launches(corpus / RTX4050, lambda a: a.metric_by_name("launch__waves_per_multiprocessor")
+                           .as_double())
+    [tail] = [f for f in _report(RTX4050).findings if f.rule == "tail"]
+    whole = math.ceil(waves)
+    assert tail.gain.fraction == pytest.approx((whole - waves) / whole) and tail.gain.fraction >= 0.2
+    assert f"{waves:.2f} waves" in tail.text
+    assert "tail" not in _rules(_report(T4))
+
+
+def test_a_library_kernel_built_for_an_older_architecture_is_named(corpus: Path) -> None:
+    report = _report(TRT)
+    old = [f for f in report.findings if f.rule == "old-build"]
+    assert old and all(f.kernel.startswith("sm50_") for f in old)  # TensorRT's sm50 pooling on an sm_86 RTX 3090
+    assert "TensorRT" in old[0].text and "8.6" in old[0].text and old[0].gain is None
+    # sm80 kernels on the same 8.6 device share its major: not older.
+    assert not any(f.rule == "old-build" and f.kernel.startswith("sm80_") for f in report.findings)
+
+
+def test_a_dominant_stall_below_every_roof_is_advised_and_bounded_by_the_roof(corpus: Path) -> None:
+    report = _report(H100_GEMM)
+    [stall] = [f for f in report.findings if f.rule == "dominant-stall"]
+    [bound] = [f for f in report.findings if f.rule == "bound"]
+    assert stall.text.startswith("Long scoreboard dominates")
+    assert stall.gain.fraction <= bound.gain.fraction + 1e-12  # never more than the roof allows
+    assert "dominant-stall" not in _rules(_report(T4))
+
+
+def test_occupancy_advice_only_for_a_latency_bound_kernel_waiting_on_latency() -> None:
+    report = _report(GSZ)
+    occupancy = [f for f in report.findings if f.rule == "occupancy-limit"]
+    assert occupancy and all(f.basis == "modelled" for f in occupancy)  # iotrace's calculator, labelled so
+    for f in occupancy:
+        kernel = next(k for k in report.kernels if k.kernel_id == f.kernel_id)
+        assert kernel.roofline.bound == "latency" and kernel.occupancy.theoretical_pct < 100
+    assert "occupancy-limit" not in _rules(_report(T4))  # T4: 100% theoretical and at the memory roof
+
+
+def test_an_achieved_occupancy_gap_over_a_full_grid_is_flagged() -> None:
+    report = _report(DOT)
+    gaps = [f for f in report.findings if f.rule == "achieved-gap"]
+    assert gaps
+    t4 = _report(T4).kernels[0].occupancy
+    assert t4.theoretical_pct - t4.achieved_pct >= 10  # a gap as large, at the memory roof: not advice
+    assert "achieved-gap" not in _rules(_report(T4))
+
+
+def test_an_fp32_gemm_on_ampere_gets_the_tf32_finding() -> None:
+    report = _report(A10G)  # sgemm variants on an A10G (compute capability 8.6)
+    assert {f.kernel_id for f in report.findings if f.rule == "tf32"} == {k.kernel_id for k in report.kernels
+                                                                           if "sgemm" in k.name.lower()
+                                                                           or "gemm" in k.name.lower()}
+    assert "tf32" not in _rules(_report(DOT))
+
+
+def test_configurations_count_distinct_launch_configurations_only() -> None:
+    assert _rules(_report(JULIA)).count("configurations") == 2
+    each = _report(H100_GEMM, each_launch=True)  # three identical launches listed one by one
+    assert len(each.kernels) == 3 and "configurations" not in _rules(each)
+    assert {(k.config_index, k.configs_of_name) for k in each.kernels} == {(1, 1)}
+    assert [k.to_dict()["configuration"] for k in each.kernels] == [{"index": 1, "of": 1}] * 3
+
+
+def test_findings_rank_by_time_saved_and_top_limits_them(corpus: Path) -> None:
+    durations = ncu_launches(corpus / MINIWEATHER, lambda a: a.metric_by_name("gpu__time_duration.sum").as_double())
+    report = _report(MINIWEATHER)
+    total = sum(durations)
+    saved = [f.gain.ns for f in report.findings if f.gain is not None and f.gain.ns is not None]
+    assert len(saved) >= 5 and saved == sorted(saved, reverse=True)
+    for f in report.findings:
+        kernel = next(k for k in report.kernels if k.kernel_id == f.kernel_id)
+        assert f.gain.of_ns == pytest.approx(durations[f.kernel_id]) == pytest.approx(kernel.total_ns)
+        assert f.gain.ns == pytest.approx(f.gain.fraction * durations[f.kernel_id])
+        assert f.share_pct == pytest.approx(100 * durations[f.kernel_id] / total)
+    top = build_report(load(corpus / MINIWEATHER), top=2)
+    assert len(top.findings) == 2 and top.findings_total > 2
+    assert top.to_dict()["findings_total"] == top.findings_total
+
+
+def _without_counters(tables: TraceTables, kid: int) -> TraceTables:
+    """The loaded tables with every counter of launch ``kid`` removed, as a failed replay leaves it."""
+    metrics = tables.metrics
+    keep = ~((metrics["kernel_id"] == kid) & ~metrics["metric"].str.startswith(("launch__", "device__")))
+    others = {name: tables.table(name) for name in TABLES if name != "metrics"}
+    return build(Path(tables.meta["source"]), **others, metrics=metrics[keep].reset_index(drop=True),
+                 meta=tables.meta)
+
+
+def test_a_failed_launch_is_named_once_and_never_analysed(corpus: Path) -> None:
+    report = build_report(_without_counters(load(corpus / MINIWEATHER), 2), top=1000)
+    [failed] = [k for k in report.kernels if 2 in k.launch_ids]
+    assert not failed.profiled and failed.findings == [] and failed.roofline is None
+    [named] = [f for f in report.findings if f.rule == "not-profiled"]
+    assert "not profiled (the replay failed: no counters in the file)" in named.text
+    assert not [f for f in report.findings if f.kernel_id == 2 and f.rule != "not-profiled"]
+    as_json = failed.to_dict()
+    assert as_json["profiled"] is False and as_json["occupancy"]["theoretical_pct"] is None
+    assert "modelled" not in str(as_json)
+
+
+def _verdict_rows() -> list[str]:
+    return sorted(str(p.relative_to(CORPUS)) for p in (CORPUS / "ncu-rep").iterdir()) if CORPUS.is_dir() else []
+
+
+@pytest.mark.parametrize("name", _verdict_rows() or ["(no corpus)"])
+def test_no_contradictions_on_any_corpus_report(corpus: Path, name: str) -> None:
+    """No kernel at a roof gets latency advice first; no library kernel gets source-level or Triton knobs; no
+    unprofiled launch is analysed; iotrace's bound equals the file's stored SOLBottleneck verdict launch by launch."""
+    report = build_report(load(corpus / name), top=1000, each_launch=True)
+    for kernel in report.kernels:
+        mine = [f for f in report.findings if f.kernel_id == kernel.kernel_id and f.rule != "not-profiled"]
+        if not kernel.profiled:
+            assert not mine and not kernel.findings
+            continue
+        roof = kernel.roofline
+        x = None if roof is None else roof.utilisation_pct
+        if mine and x is not None and x >= 80:
+            assert mine[0].rule == "bound", (kernel.name, mine[0].text)
+            assert not any(word in mine[0].try_next for word in LATENCY_ADVICE), mine[0].try_next
+        if kernel.origin is not None and kernel.origin.library:
+            for f in mine:
+                assert not any(knob in f.try_next for knob in SOURCE_KNOBS), (kernel.name, f.try_next)
+        stored = [r for r in kernel.stored_rules if r.rule_id == "SOLBottleneck"]
+        if stored and roof is not None and roof.bound_basis == "speed of light":
+            from iotrace.trace.reports.ncu_rules import bound_verdict
+            assert bound_verdict(stored) == roof.bound, (kernel.name, stored[0].title, roof.sol)
+
+
+def test_no_library_kernel_gets_source_advice_on_the_timelines(corpus: Path) -> None:
+    for name in (TRT, "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite"):
+        report = _report(name)
+        for f in report.findings:
+            kernel = next((k for k in report.kernels if k.kernel_id == f.kernel_id), None)
+            if kernel is not None and kernel.origin.library:
+                assert not any(knob in f.try_next for knob in SOURCE_KNOBS), (kernel.name, f.try_next)
+    assert pd.notna(_report(TRT).kernels[0].total_ns)
+
+
+def test_the_documented_rules_are_the_registry_and_the_example_runs(corpus: Path, monkeypatch) -> None:
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "findings.md").read_text(encoding="utf-8")
+    documented = [line.split("`")[1] for line in doc.splitlines() if line.startswith("| `")]
+    assert documented == [r.id for r in RULES]
+    example = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(root)  # the example's paths are relative to the repository, as the README's are
+    printed: list[str] = []
+    exec(compile(example, "docs/findings.md", "exec"), {"print": lambda *a: printed.append(" ".join(map(str, a)))})
+    assert printed and printed[0].startswith("bound #") and any(line.startswith("ncu: ") for line in printed)

@@ -1,0 +1,260 @@
+"""Kernel origin from the name (iotrace.trace.reports.origin): real names land in the right family, with the compute
+capability the name says the binary was built for; every kernel name of every corpus export classifies; the advice
+fits the origin (a library kernel's advice is about the call, with a public source for each number).
+
+Names come from two places: the corpus (../shared/corpus, loaded with iotrace.trace.load, cached per module) and
+public GitHub threads, each cited with its URL. Every corpus export is read: the largest is 3.5 MB (no file over the
+10 MB cap this module would skip), and loading them all takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from iotrace.trace import load
+from iotrace.trace.reports.origin import FAMILIES, LABELS, TOPICS, Origin, call_advice, classify, older_build
+
+from .conftest import corpus_exports
+
+#: Files larger than this are not loaded here (none in the corpus today); say so if one appears.
+MAX_BYTES = 10 * 1024 * 1024
+LIBRARIES = tuple(f for f in FAMILIES if f not in ("triton", "user"))
+PACKAGE = Path(__file__).resolve().parents[1] / "iotrace"
+
+# (name as a profiler printed it, family, built_for, where it came from). Truncated names are as printed.
+PUBLIC: list[tuple[str, str, str | None, str]] = [
+    ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x"
+     "_cublas", "cublas", "9.0", "https://github.com/NVIDIA/TensorRT-LLM/issues/1541"),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x64x8_stage3_warpsize2x2x1_ffma", "cublas", "8.0",
+     "https://github.com/pytorch/pytorch/pull/167503"),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1", "cutlass", "8.0",
+     "https://github.com/pytorch/pytorch/pull/167503"),
+    ("ampere_bf16_s16816gemm_bf16_256x128_ldg8_f2f_stages_32x3_nn", "cublas", "8.0",
+     "https://github.com/karpathy/nanochat/pull/105"),
+    ("nvjet_tst_192x176_64x4_1x2_h_bz_coopB_T", "cublas", None, "https://github.com/sgl-project/sglang/issues/10109"),
+    ("nvjet_tst_192x192_64x3_2x1_v_bz_coopB_NTN", "cublas", None, "https://github.com/NVIDIA/Fuser/pull/4873"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)", "nccl", None,
+     "https://github.com/NVIDIA/Fuser/pull/4873"),
+    ("nvf::nvfuser_reduction_f0_c1_r0_g21(nvf::Tensor<nvf::__bfloat, (int)3, (int)4>, nvf::Tensor<nvf::__", "user",
+     None, "https://github.com/NVIDIA/Fuser/pull/4873"),
+    ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_par", "flash-attention", None,
+     "https://github.com/NVIDIA/Fuser/pull/4873"),
+    ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90"
+     "<2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1> >, cute::tuple<cute::C<64>, cute::C<192>, cute::C<64> >, 64, "
+     "cutlass::bfloat16_t, float, cutlass::arch::Sm90, false, true", "flash-attention", "9.0",
+     "https://github.com/sgl-project/sglang/pull/22440"),
+    ("kernel_cutlass_kernel_flash_attncuteflash_fwd_sm100FlashAttentionForwardSm100_object_at__tensor0000o11101213_..."
+     "_0", "flash-attention", "10.0", "https://github.com/Dao-AILab/flash-attention/pull/2564"),
+    ("fmha_cutlassB_f32_aligned_64x64_k32_sm80(AttentionBa", "flash-attention", "8.0",
+     "https://github.com/facebookresearch/xformers/issues/1176"),
+    ("void cutlass::device_kernel<at::cuda::detail::enable_3x_kernel_for_sm10<cutlass::gemm::kernel::GemmUniversal<"
+     "cutlass::gemm::GroupProblemShape<cute::tuple<int, int, int>>, cutlass::gemm::collective::CollectiveMma<cutlass::"
+     "gemm::MainloopSm100ArrayTmaUmmaWarpSpecialized<(int)3", "cutlass", "10.0",
+     "https://github.com/pytorch/pytorch/pull/156203"),
+    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1_g1_execute"
+     "_segment_k_off_kernel__5x_cudnn", "cudnn", "9.0", "https://github.com/pytorch/kineto/issues/1041"),
+    ("void nchwToNhwcKernel<__half, __half, float, true, true, (cudnnKernelDataType_t)0>(int, int, int, i",
+     "cudnn", None, "https://github.com/pytorch/pytorch/issues/54324"),
+    ("void genericReformat::copyPackedKernel<float, float, true, true, genericReformat::IdentityCoordMapper<4>, 4>("
+     "unsigned int, unsigned int, void const*, genericReformat::ArrayN<4>", "tensorrt", None,
+     "https://github.com/NVIDIA/TensorRT/issues/1117"),
+    ("_ZN6thrust8cuda_cub4core13_kernel_agentINS0_6__scan9ScanAgentINS_6detail15normal_iteratorINS_10device_ptrIaEEEE"
+     "S9_NS_4plusIaEEiaNS5_17integral_constantIbLb1EEEEES9_S9_SB_iN3cub13ScanTileStateIaLb1EEENS3_9DoNothingIaEEEEvT0_"
+     "T1_T2_T3_T4_T5_", "thrust-cub", None, "https://github.com/NVIDIA/thrust/issues/1287"),
+    ("void cub::CUB_200400_890_NS::detail::for_each::static_kernel<cub::CUB_200400_890_NS::detail::for_ea",
+     "thrust-cub", None, "https://github.com/NVIDIA/cccl/issues/2451"),
+    ("triton_red_fused_add_bmm_mm_mul_16", "triton", None, "https://github.com/pytorch/pytorch/issues/125524"),
+    ("original_kernel_0d1d2d3de4de5de6de7c8de9c10de11c", "triton", None,
+     "https://github.com/pytorch/pytorch/issues/120478"),
+]
+
+# (corpus file, a substring of its kernel names, family, built_for): every name of the file holding the substring.
+CORPUS_CASES: list[tuple[str, str, str, str | None]] = [
+    ("kineto/a100_pg509_triton_kernel_kineto.json.gz", "triton_poi_fused_add_cos_sin_0", "triton", None),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "ncclKernel_AllReduce_RING_LL_Sum_float", "nccl", None),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "ncclKernel_Broadcast_RING_LL_Sum_int8_t", "nccl", None),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "cutlass::Kernel<cutlass_80_tensorop_s1688gemm", "cutlass", "8.0"),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "cutlass::Kernel<cutlass_80_simt_sgemm", "cutlass", "8.0"),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "cutlass_cudnn_infer::Kernel<", "cudnn", None),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "_ZN19cutlass_cudnn_train6Kernel", "cudnn", None),  # mangled
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "sm80_xmma_", "cudnn", "8.0"),  # *_execute_kernel_cudnn_infer/_train
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "ampere_sgemm_", "cublas", "8.0"),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "cublasLt::splitKreduce_kernel", "cublas", None),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "at::native::vectorized_elementwise_kernel", "aten", None),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "CatArrayBatchedCopy", "aten", None),
+    ("kineto/a100_pg509_nccl_kineto.json.gz", "softmax_warp_forward", "aten", None),
+    ("kineto/a100_pg509_backward_thread_callstack_kineto.json", "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4",
+     "cutlass", "8.0"),
+    ("kineto/a100_pg509_alexnet_kineto_trace.json.gz", "ampere_gcgemm_64x64_nt", "cublas", "8.0"),
+    ("kineto/a100_pg509_alexnet_kineto_trace.json.gz", "cudnn_ampere_scudnn_128x64", "cudnn", "8.0"),
+    ("kineto/a100_pg509_alexnet_kineto_trace.json.gz", "epilogue::impl::globalKernel", "cublas", None),  # cublasLt
+    ("kineto/a100_pg509_alexnet_kineto_trace.json.gz", "fft2d_r2c_32x32", "cudnn", None),
+    ("kineto/a100_pg509_cupti_range_profiler_flops_kineto.json.gz", "xmma_new::gemm::kernel<", "cudnn", "8.0"),
+    ("kineto/a100_pg509_cupti_range_profiler_flops_kineto.json.gz", "implicit_convolve_sgemm", "cudnn", None),
+    ("kineto/old_schema_theoretical_occupancy_gpu_metrics_input.json", "gemmSN_", "cublas", None),
+    ("kineto/old_schema_theoretical_occupancy_gpu_metrics_input.json", "volta_sgemm_128x32_nt", "cublas", "7.0"),
+    ("kineto/old_schema_theoretical_occupancy_gpu_metrics_input.json", "unrolled_elementwise_kernel", "aten", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "gemv2T_kernel_val", "cublas", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "gemv2N_kernel", "cublas", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "magma_sgemmEx_kernel", "cublas", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "cub::DeviceRadixSort", "thrust-cub", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+     "nccl", None),
+    ("kineto/v100_dgxs_resnet50_tbplugin_kineto.json.gz", "volta_scudnn_", "cudnn", "7.0"),
+    ("kineto/v100_dgxs_resnet50_tbplugin_kineto.json.gz", "explicit_convolve_sgemm", "cudnn", None),
+    ("kineto/v100_dgxs_resnet50_tbplugin_kineto.json.gz", "cunn_ClassNLLCriterion", "aten", None),
+    ("kineto/v100_sxm2_32gb_ns_resolution_kineto.json.gz", "cudnn_infer_volta_scudnn_", "cudnn", "7.0"),
+    ("kineto/v100_sxm2_32gb_ns_resolution_kineto.json.gz", "wgrad_alg0_engine", "cudnn", None),
+    ("kineto-ranks/rank-0.json.gz", "gemvNSP_kernel", "cublas", None),
+    ("kineto-ranks/rank-0.json.gz", "scal_kernel<", "cublas", None),
+    ("kineto-ranks/rank-0.json.gz", "sgemm_largek_lds64", "cublas", None),
+    ("kineto-ranks/rank-0.json.gz", "internal::gemvx::kernel", "cublas", None),
+    ("kineto-ranks/rank-0.json.gz", "at_cuda_detail::cub::DeviceScan", "thrust-cub", None),  # CUB inside ATen
+    ("kineto-ranks/rank-0.json.gz", "ncclKernel_SendRecv", "nccl", None),
+    ("ncu-csv/a10g_sgemm_roofline_counters_ncu2023.1_csv.csv", "ampere_sgemm_128x64_nn", "cublas", "8.0"),
+    ("ncu-csv/a10g_sgemm_roofline_counters_ncu2023.1_csv.csv", "warptiling", "user", None),
+    ("ncu-rep/a100pcie_cutlass_gemm_dynsmem_ncu2024.1.ncu-rep", "cutlass::Kernel<cutlass::gemm::kernel::B2bGemm",
+     "cutlass", None),
+    ("nsys/a40_a100pcie_cutlass_gemm_nsys2023.2.sqlite", "cutlass::Kernel<cutlass::gemm::kernel::Gemm<", "cutlass",
+     None),
+    ("nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite", "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTT", "cublas", None),
+    ("nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite", "nvfuser_", "user", None),  # nvFuser codegen: no family for it
+    # *_execute_kernel_trt: TensorRT's tactic, though the sm80_xmma_fprop_ prefix is cuDNN's too.
+    ("nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite", "sm80_xmma_fprop_", "tensorrt", "8.0"),
+    ("nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite", "sm50_xmma_pooling_", "tensorrt", "5.0"),
+    ("nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite", "trt_ampere_h16816gemm_", "tensorrt", "8.0"),
+    ("nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite", "CUTENSOR_NAMESPACE::permutationKernel", "tensorrt", None),
+    ("nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite", "genericReformat::copyVectorizedKernel", "tensorrt", None),
+    ("kineto/mi250_rocm6.2_kineto_NONNVIDIA.json.gz", "Cijk_", "user", None),  # rocBLAS/Tensile: no family for it
+]
+
+
+@pytest.fixture(scope="module")
+def corpus_names(corpus: Path) -> dict[str, set[str]]:
+    """Corpus file (relative path) -> its distinct kernel names, each export loaded once for the module."""
+    names: dict[str, set[str]] = {}
+    for path in corpus_exports(corpus):
+        if path.stat().st_size > MAX_BYTES:
+            continue
+        kernels = load(path).kernels
+        names[path.relative_to(corpus).as_posix()] = set(kernels["name"]) if len(kernels) else set()
+    return names
+
+
+@pytest.mark.parametrize(("name", "family", "built_for", "source"), PUBLIC, ids=[p[0][:40] for p in PUBLIC])
+def test_public_names(name: str, family: str, built_for: str | None, source: str) -> None:
+    origin = classify(name)
+    assert (origin.family, origin.built_for) == (family, built_for), f"{name} ({source}): {origin}"
+    assert origin.evidence
+
+
+def test_every_corpus_name_classifies(corpus_names: dict[str, set[str]]) -> None:
+    seen = {f for names in corpus_names.values() for f in (classify(n).family for n in names)}
+    assert sum(map(len, corpus_names.values())) > 500
+    # The corpus holds every family but FlashAttention (no attention library kernel is in it).
+    assert seen >= set(FAMILIES) - {"flash-attention"}, seen
+    for names in corpus_names.values():
+        for name in names:
+            origin = classify(name)
+            assert origin.family in FAMILIES and origin.label == LABELS[origin.family] and origin.evidence
+            assert origin.library == (origin.tunable == ()) == (origin.family not in ("triton", "user"))
+
+
+@pytest.mark.parametrize(("file", "part", "family", "built_for"), CORPUS_CASES,
+                         ids=[f"{c[0].split('/')[-1][:24]}:{c[1][:30]}" for c in CORPUS_CASES])
+def test_corpus_names_land_right(corpus_names: dict[str, set[str]], file: str, part: str, family: str,
+                                 built_for: str | None) -> None:
+    matching = sorted(n for n in corpus_names[file] if part in n)
+    assert matching, f"no kernel name with {part!r} in {file}"
+    for name in matching:
+        origin = classify(name)
+        assert (origin.family, origin.built_for) == (family, built_for), f"{name[:200]}: {origin}"
+
+
+def test_gemv2t_is_cublas_wherever_it_appears(corpus_names: dict[str, set[str]]) -> None:
+    gemv = [n for names in corpus_names.values() for n in names if "gemv2T" in n]
+    assert gemv
+    assert {classify(n).family for n in gemv} == {"cublas"}
+
+
+def test_iotrace_own_kernels() -> None:
+    """iotrace's @triton.jit kernels (_<op>_kernel, a bare name in a profile) are Triton; its extern "C" CUDA kernels
+    (rmsnorm.cu) are user CUDA. Read from the source: iotrace.trace may not import iotrace.kernels."""
+    source = "\n".join(p.read_text(encoding="utf-8") for p in sorted((PACKAGE / "kernels").glob("*.py")))
+    jitted = [n for n in re.findall(r"@triton\.jit\s*\ndef (\w+)", source) if n.endswith("_kernel")]
+    assert "_rmsnorm_kernel" in jitted and len(jitted) >= 10
+    for name in jitted:
+        origin = classify(name)
+        assert origin.family == "triton" and "num_warps" in origin.tunable, (name, origin)
+    cuda = re.findall(r'extern "C" __global__ void (\w+)', (PACKAGE / "kernels" / "rmsnorm.cu").read_text())
+    assert cuda
+    assert {classify(n).family for n in cuda} == {"user"}
+
+
+def test_names_in_every_spelling() -> None:
+    # Kineto demangles (void ...<...>(...)); Nsight Compute may keep the mangled name; both read the same.
+    demangled = classify("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+                         "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+                         "at::detail::Array<char*, 1>)")
+    mangled = classify("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1"
+                       "EEEEEviT0_T1_")
+    assert demangled.family == mangled.family == "aten"
+    assert classify("_Z8dot_prodPfS_S_i").family == "user"
+    assert classify("").family == classify("__missing__").family == "user"
+
+
+def test_older_build() -> None:
+    sm80 = classify("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x64x8_stage3_warpsize2x2x1_ffma")
+    assert older_build(sm80, "9.0") and older_build(sm80, "10.0")
+    assert not older_build(sm80, "8.6")  # same major: the sm_80 cubin is the device's own family
+    assert not older_build(sm80, "8.0") and not older_build(sm80, None)
+    assert older_build(classify("ampere_sgemm_128x64_nn"), "10.0")
+    nvjet = classify("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTT")
+    assert nvjet.built_for is None and not older_build(nvjet, "10.0")
+    assert not older_build(Origin("user", "user CUDA", False, None, "x"), "9.0")
+
+
+def _numbers_outside_urls(text: str) -> bool:
+    return re.search(r"\d", re.sub(r"https?://\S+", "", text)) is not None
+
+
+@pytest.mark.parametrize("family", LIBRARIES)
+def test_call_advice_is_about_the_call(family: str) -> None:
+    origin = Origin(family, LABELS[family], True, None, "test")
+    for topic in TOPICS:
+        text = call_advice(origin, topic)
+        assert text and (LABELS[family] in text or family == "nccl")
+        # Never the author's knobs: those are for Triton and user CUDA kernels.
+        for knob in ("num_warps", "num_stages", "BLOCK_", "__launch_bounds__", "maxrregcount"):
+            assert knob not in text, (family, topic, text)
+        if _numbers_outside_urls(text):
+            assert "https://" in text, f"{family}/{topic} states a number without a source: {text}"
+
+
+def test_call_advice_says_what_the_brief_asks() -> None:
+    gemm = classify("ampere_sgemm_128x64_nn")
+    occupancy = call_advice(gemm, "occupancy")
+    assert "multiples of 8" in occupancy and "Tensor Core Requirements" in occupancy
+    assert "dl-performance-matrix-multiplication" in occupancy
+    tail = call_advice(gemm, "tail")
+    assert "Wave Quantization" in tail and "Matrix Multiplication Background User's Guide" in tail
+    compute = call_advice(gemm, "compute")
+    assert "allow_tf32" in compute and "set_float32_matmul_precision('high')" in compute and "FP8" in compute
+    assert "CUDA graphs" in call_advice(gemm, "latency")
+    assert "torch.compile" in call_advice(gemm, "memory")
+    assert "get_arch_list" in call_advice(gemm, "old-build")
+    assert "channels_last" in call_advice(classify("volta_scudnn_128x64_relu_interior_nn_v1"), "occupancy")
+    nccl = classify("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)")
+    assert "bucket_cap_mb" in call_advice(nccl, "latency") and "Overlap" in call_advice(nccl, "compute")
+    assert "slower rank" in call_advice(nccl, "stall")
+
+
+def test_call_advice_refuses_knob_kernels_and_unknown_topics() -> None:
+    for name in ("triton_poi_fused_add_cos_sin_0", "_rmsnorm_kernel", "matrix_addition2D(float *, float *, int)"):
+        with pytest.raises(ValueError, match="knobs"):
+            call_advice(classify(name), "memory")
+    with pytest.raises(ValueError, match="unknown topic"):
+        call_advice(classify("ampere_sgemm_128x64_nn"), "registers")
