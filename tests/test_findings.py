@@ -238,3 +238,16 @@ def test_the_documented_rules_are_the_registry_and_the_example_runs(corpus: Path
     printed: list[str] = []
     exec(compile(example, "docs/findings.md", "exec"), {"print": lambda *a: printed.append(" ".join(map(str, a)))})
     assert printed and printed[0].startswith("bound #") and any(line.startswith("ncu: ") for line in printed)
+
+
+@pytest.mark.parametrize(("name", "line"), [
+    ("ncu-rep/rtx4050laptop_rgb_brightness_ncu2023.3.ncu-rep", "the file stores no Nsight Compute rule results"),
+    (MINIWEATHER, "rule results carry no speedup estimates (Nsight Compute 2022.2"),
+    ("ncu-rep/a100pcie_cutlass_gemm_dynsmem_ncu2024.1.ncu-rep", "the rules this capture ran stored none"),
+])
+def test_rule_results_absent_or_without_estimates_are_said_once(name: str, line: str) -> None:
+    report = _report(name)
+    assert sum(line in note for note in report.notes) == 1
+    assert report.kernels and report.findings  # nothing else in the report is lost
+    assert not any("rule results" in note for note in _report(T4).notes)  # a 2024 file with estimates: silent
+    assert not any("rule results" in note for note in _report(TRT).notes)  # a timeline is not an ncu report

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from iotrace.trace.formats.ncu_rep import NO_RULES
 from iotrace.trace.tables import TraceTables
 
@@ -117,9 +119,16 @@ def stored_rules(tables: TraceTables, launch_ids: list[int]) -> list[StoredRule]
 
 
 def rules_status(tables: TraceTables) -> str | None:
-    """The one line to print where ``tables`` hold no rule results (why there are none); None where they hold some."""
+    """The one line to print where ``tables`` hold no rule results (why there are none), or rule results without
+    any speedup estimate (Nsight Compute before 2023.x stores none); None where they hold estimates."""
     if tables.rows("rules"):
-        return None
+        if not np.isnan(tables.column("rules", "speedup").astype(float)).all():
+            return None
+        version = str(tables.meta.get("version") or "")
+        why = ("estimates are stored from 2023.x on" if version[:4].isdigit() and int(version[:4]) < 2023 else
+               "the rules this capture ran stored none")
+        return (f"the file's Nsight Compute rule results carry no speedup estimates (Nsight Compute "
+                f"{version or 'version not stated'}; {why}): they are shown per kernel, not ranked by time")
     for note in tables.meta.get("notes", []):
         if note.startswith(NO_RULES):
             return note

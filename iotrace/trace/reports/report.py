@@ -373,14 +373,20 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     kernels: list[KernelReport] = []
     occ_rows, roof_rows = [], []
     findings: list[Finding] = []
+    device_of: dict[int | None, tuple[str | None, int | None, str]] = {}
+    stall_groups = {int(k): g for k, g in stalls.groupby("kernel_id", sort=False)} if len(stalls) else {}
+    no_stalls = stalls.iloc[0:0]
     file_ns = every["total_ns"].sum(min_count=1)
     file_ns = None if pd.isna(file_ns) else float(file_ns)
     for row in every.to_dict("records"):
         kid, name = int(row["id"]), str(row["name"])
         duration = row["mean_ns"] if pd.notna(row["mean_ns"]) else None
         total = row["total_ns"] if pd.notna(row["total_ns"]) else None
-        cc = _device_cc(tables, row["device"], resolved)
-        sms, sms_source = _device_sms(tables, row["device"], resolved)
+        device = None if row["device"] is None or pd.isna(row["device"]) else int(row["device"])
+        if device not in device_of:  # a handful of devices, many rows: each looked up once
+            device_of[device] = (_device_cc(tables, device, resolved), *_device_sms(tables, device, resolved))
+        cc, sms, sms_source = device_of[device]
+        mine = stall_groups.get(kid, no_stalls)
         occ, point = None, None
         if row["profiled"]:
             occ, occ_missing = occupancy_row(pd.Series(row), view, cc)
@@ -393,7 +399,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         facts = KernelFacts(
             kid, name, int(row["launches_total"]), tuple(row["launch_ids"]), bool(row["profiled"]),
             tuple(_int(row[f"grid_{a}"]) for a in "xyz"), tuple(_int(row[f"block_{a}"]) for a in "xyz"),  # type: ignore
-            total, file_ns, origin, cc, sms, sms_source, occ, point, primary(stalls, kid),
+            total, file_ns, origin, cc, sms, sms_source, occ, point, primary(mine, kid),
             view.get(kid, "smsp__issue_active.avg.per_cycle_active") if view else None,
             view.get(kid, "launch__waves_per_multiprocessor") if view else None,
             plugins.params_of(kid), tuple(stored))
@@ -403,7 +409,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         kernels.append(KernelReport(kid, name, [_int(row[f"grid_{a}"]) for a in "xyz"],
                                     [_int(row[f"block_{a}"]) for a in "xyz"], _int(row["registers_per_thread"]),
                                     duration, int(row["launches_total"]), total, occ,
-                                    stalls[stalls["kernel_id"] == kid], point, plugins.plugin_of.get(kid),
+                                    mine, point, plugins.plugin_of.get(kid),
                                     kernel_findings, _int(row["static_smem_bytes"]), _int(row["dynamic_smem_bytes"]),
                                     _int(row["smem_bytes"]), list(row["launch_ids"]), int(row["measured"]), stats,
                                     bool(row["profiled"]), int(row["config_index"]), int(row["configs_of_name"]),
@@ -427,8 +433,8 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     findings += evaluate_file(FileFacts(every, dict(tables.meta), configs))
     ranked = rank(findings)
     notes = list(tables.meta.get("notes", [])) + plugins.notes
-    status = rules_status(tables)
-    if status is not None:
+    status = rules_status(tables) if tables.meta.get("format") == "ncu-rep" else None
+    if status is not None and status not in notes:
         notes.append(status)
     if line is None and tables.meta.get("format") in ("ncu-rep", "ncu-csv"):
         notes.append("timeline: not applicable to an Nsight Compute report (it replays kernels one at a time); "

@@ -107,6 +107,8 @@ def stall_table(view: MetricView, kernel_ids: list[int]) -> tuple[pd.DataFrame, 
 
 def primary(table: pd.DataFrame, kernel_id: int) -> pd.DataFrame:
     """The kernel's ranking from its preferred family (counters, then older counters, then sampling)."""
+    if table.empty:  # a timeline's rows have no stalls: nothing to filter (and no pandas cost per row)
+        return table
     mine = table[table["kernel_id"] == kernel_id]
     for family in FAMILIES:
         part = mine[mine["family"] == family.key]
