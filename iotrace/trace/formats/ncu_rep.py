@@ -111,6 +111,7 @@ def _probe_in_child(path: Path, ncu_report: Any) -> list[dict[int, str | None]] 
                             metric = action.metric_by_name(name)
                             if metric is not None and metric.kind() != ncu_report.IMetric.ValueKind_STRING:
                                 metric.as_double()
+                                _per_opcode(name, metric)
                         # A native crash in the rule payload ends the child as above; a Python error is the reader's to
                         # note (the launch loses its rules), and must not stop the SASS the later launches need.
                         with suppress(Exception):
@@ -311,6 +312,11 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
                 metric_names.append(name)
                 metric_units.append(metric.unit())
                 metric_values.append(value)
+                for label, instance in _per_opcode(name, metric):
+                    metric_ids.append(kid)
+                    metric_names.append(label)
+                    metric_units.append(metric.unit())
+                    metric_values.append(instance)
                 if name in kernel_map:
                     row[kernel_map[name]] = value
                 elif name in device_map:
@@ -467,6 +473,25 @@ def _number(stored: dict[str, Any], key: str) -> float:
         raise ValueError(f"{key} is {value!r:.40}, not a number")
     return float(value)
 
+
+
+#: Instanced metrics kept per instance, as ``name[instance]`` rows beside the total: the InstructionStats section's
+#: executed warp instructions per SASS opcode with all its modifiers (e.g. ``HGMMA.64x128x16.F32.BF16``), from which
+#: reports.tensor_flops counts tensor-core FLOPs where the opcode fixes the matrix shape.
+_PER_INSTANCE = frozenset({"sass__inst_executed_per_opcode_with_modifier_all"})
+
+
+def _per_opcode(name: str, metric: Any) -> list[tuple[str, float]]:
+    """``(name[opcode], value)`` for each instance of a metric in :data:`_PER_INSTANCE`; [] for any other metric."""
+    if name not in _PER_INSTANCE or not metric.has_correlation_ids():
+        return []
+    ids = metric.correlation_ids()
+    out = []
+    for i in range(min(metric.num_instances(), ids.num_instances())):
+        value = metric.as_double(i)
+        if math.isfinite(value):
+            out.append((f"{name}[{ids.as_string(i)}]", value))
+    return out
 
 
 #: The PC-sampling stall counters of ncu's SourceCounters section, one instance per SASS address (its correlation

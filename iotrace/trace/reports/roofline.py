@@ -5,11 +5,14 @@ Method (NERSC's hierarchical roofline, ``cyanguwa/nersc-roofline``; the same cou
 
 * FLOPs per precision = add + mul + 2 · fma thread instructions (``smsp__sass_thread_inst_executed_op_<p>{add,mul,
   fma}_pred_on``), as totals (``.sum``) or as ncu's roofline sections store them, a rate per elapsed cycle times the
-  elapsed cycles; tensor-core work from ``sm__ops_path_tensor_*.sum`` (operations, as ncu's tensor roofline counts).
+  elapsed cycles; tensor-core FLOPs by input type, dense apart from sparse, each counted once
+  (:mod:`iotrace.trace.reports.tensor_flops`: ``sm__ops_path_tensor_*`` counters, else the per-opcode SASS counts
+  where the opcode fixes the shape); tensor work the file shows but does not let us count is named as lacking.
 * Bytes per level: ``dram__bytes``, ``lts__t_bytes``, ``l1tex__t_bytes`` (or their 32-byte sectors, or their rates
   times the kernel's duration).
 * Ceilings from the file (``*.peak_sustained`` × the unit's ``cycles_elapsed.avg.per_second``: the clocks the kernel
-  ran at) or from the CardBook card (boost clock, datasheet bandwidth); every ceiling says which.
+  ran at) or from the CardBook card (boost clock, datasheet bandwidth); every ceiling says which. Tensor work meets
+  the peak of its own path and type (a dense bf16 kernel never a sparse or FP4 peak).
 * Identity 4: I = FLOPs / bytes, attainable = min(peak, I · B), ridge = peak / B.
 
 A kernel whose trace has no counters (Kineto, nsys) is placed from an iotrace plugin's cost model and its measured
@@ -18,7 +21,6 @@ duration, and labelled modelled; without a model it is reported as not available
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,7 +28,8 @@ from typing import Any
 from iotrace.cards import Card
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.plugin_costs import KernelModel
-from iotrace.trace.reports.records import Basis, Evidence, Finding, Unavailable
+from iotrace.trace.reports.records import Basis, Unavailable
+from iotrace.trace.reports.tensor_flops import card_tensor_peak, key_of, precision_of, tensor_flops, tensor_peak
 
 __all__ = ["BALANCED_POINTS", "BINDS_PCT", "LATENCY_PCT", "MODEL_EXCESS", "Level", "RooflinePoint", "roofline_point",
            "sol_bound"]
@@ -52,9 +55,9 @@ MODEL_EXCESS = 1.2
 # Precision -> SASS opcode letter, and the CardBook peak that bounds it.
 _OPS = {"fp64": "d", "fp32": "f", "fp16": "h"}
 # hadd/hmul/hfma run on the CUDA cores, whose fp16 rate (1x or 2x fp32, by chip) the CardBook does not state: no card
-# ceiling for them (the file's own peak_sustained still applies); tensor-core work meets the tensor peak.
-_CARD_PEAK = {"fp64": "fp64", "fp32": "fp32", "tensor": "fp16_tensor"}
-_TENSOR = re.compile(r"^sm__ops_path_tensor_[a-z0-9_]+\.sum$")
+# ceiling for them (the file's own peak_sustained still applies). Tensor work ("bf16 tensor", "fp8 tensor sparse", ...)
+# meets the card's peak for its input type (tensor_flops.card_tensor_peak).
+_CARD_PEAK = {"fp64": "fp64", "fp32": "fp32"}
 
 ROOFLINE_SECTION = "ncu --section SpeedOfLight_RooflineChart"
 HIERARCHICAL_SECTION = "ncu --section SpeedOfLight_HierarchicalSingleRooflineChart"
@@ -106,6 +109,9 @@ class RooflinePoint:
     #: What the bound was judged from: "roofline" (identity 4 on counted FLOPs and bytes) or "speed of light" (the
     #: file's SM and memory throughputs alone, when it has no DRAM bytes or FLOPs to place a roofline point).
     bound_basis: str = "roofline"
+    #: Tensor-core work the file shows but does not let us count (e.g. "tensor FLOPs not countable: 16,777,216
+    #: warp-level HGMMA/... instructions"): ``flops`` leaves it out, it is not zero. Empty when nothing is lacking.
+    flops_lacking: str = ""
 
     def level(self, name: str) -> Level | None:
         return next((lv for lv in self.levels if lv.level == name), None)
@@ -151,8 +157,9 @@ def _op_count(view: MetricView, kid: int, op: str, seconds: float | None) -> tup
     return None
 
 
-def flop_counts(view: MetricView, kid: int, seconds: float | None) -> tuple[dict[str, float], str]:
-    """FLOPs per precision (add + mul + 2·fma) and tensor ops; an empty dict when the trace counted none."""
+def flop_counts(view: MetricView, kid: int, seconds: float | None) -> tuple[dict[str, float], str, str]:
+    """FLOPs per precision (add + mul + 2·fma; tensor work per input type, e.g. ``bf16 tensor``), where they came
+    from, and the tensor FLOPs the file does not let us count ("" when none); an empty dict when none were counted."""
     out: dict[str, float] = {}
     sources: list[str] = []
     for precision, letter in _OPS.items():
@@ -161,12 +168,18 @@ def flop_counts(view: MetricView, kid: int, seconds: float | None) -> tuple[dict
             continue
         out[precision] = sum((2.0 if kind == "fma" else 1.0) * p[0] for kind, p in parts.items() if p is not None)
         sources.extend(p[1] for p in parts.values() if p is not None)
-    tensor = [value for name, value in view.of(kid).items() if _TENSOR.match(name)]
-    if tensor:
-        out["tensor"] = float(sum(tensor))
-        sources.append("sm__ops_path_tensor_*.sum")
     shown = sorted({s.split(" × ", 1)[1] if " × " in s else s.split("__", 1)[0] + "__….sum" for s in sources})
-    return out, ("add + mul + 2·fma from " + "; ".join(shown)) if sources else ""
+    said = [("add + mul + 2·fma from " + "; ".join(shown))] if sources else []
+    tensor = tensor_flops(view, kid, seconds)
+    if tensor is None:
+        return out, "; ".join(said), ""
+    for key, flops in tensor.flops_by_type.items():
+        out[precision_of(key)] = flops
+    if tensor.flops_by_type:
+        said.append(f"tensor FLOPs ({', '.join(sorted(tensor.flops_by_type))}) from {tensor.source}")
+    if tensor.lacking:
+        said.append(f"lacking: {tensor.lacking}")
+    return out, "; ".join(said), tensor.lacking
 
 
 _BytesRule = tuple[str, Callable[[MetricView, int, float | None], float | None]]
@@ -233,14 +246,10 @@ def _file_bandwidth(view: MetricView, kid: int, level: str) -> tuple[float, str]
 
 
 def _file_peak(view: MetricView, kid: int, precision: str) -> tuple[float, str] | None:
-    if precision == "tensor":
-        peaks = [(n, v) for n, v in view.of(kid).items() if n.startswith("sm__ops_path_tensor_")
-                 and n.endswith(".sum.peak_sustained")]
-        clock = view.first(kid, ("sm__cycles_elapsed.avg.per_second", "smsp__cycles_elapsed.avg.per_second"))
-        if not peaks or clock is None:
-            return None
-        name, per_cycle = max(peaks, key=lambda p: p[1])
-        return per_cycle * clock[1], f"file: {name} × {clock[0]}"
+    key = key_of(precision)
+    if key is not None:  # the peak of the counter that counted this work, never an aggregate's (sparse) peak
+        count = tensor_flops(view, kid, None)
+        return None if count is None else tensor_peak(view, kid, count, key)
     name = f"sm__sass_thread_inst_executed_op_{_OPS[precision]}fma_pred_on.sum.peak_sustained"
     per_cycle = view.get(kid, name)
     clock = view.first(kid, ("sm__cycles_elapsed.avg.per_second", "smsp__cycles_elapsed.avg.per_second"))
@@ -250,6 +259,9 @@ def _file_peak(view: MetricView, kid: int, precision: str) -> tuple[float, str] 
 
 
 def _card_peak(card: Card | None, precision: str) -> tuple[float, str] | None:
+    tensor = key_of(precision)
+    if tensor is not None:
+        return card_tensor_peak(card, tensor)
     key = _CARD_PEAK.get(precision)
     if card is None or key is None or key not in card.peak_tflops:
         return None
@@ -356,7 +368,7 @@ def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float |
     """
     seconds = duration_ns / 1e9 if duration_ns else None
     missing: list[Unavailable] = []
-    by_precision, flops_source = flop_counts(view, kid, seconds)
+    by_precision, flops_source, flops_lacking = flop_counts(view, kid, seconds)
     levels = _measured_levels(view, kid, seconds, card, ceilings)
     basis: Basis = "measured"
     comparison = _compare(model, by_precision, levels) if model is not None else None
@@ -370,7 +382,7 @@ def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float |
                 return None, missing
             return RooflinePoint(kid, kernel, "measured", duration_ns, None, {}, "none: no FLOPs counted", None, (),
                                  None, "none", None, None, None, None, None, sol_bound(sol), None, sol,
-                                 "speed of light"), missing
+                                 "speed of light", flops_lacking), missing
         basis = "modelled"
         by_precision = {model.cost.peak: model.cost.flops}
         flops_source = f"modelled: {model.plugin} cost ({model.cost.formula})"
@@ -398,7 +410,7 @@ def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float |
         bound, bound_basis = sol_bound(sol), "speed of light"
     return RooflinePoint(kid, kernel, basis, duration_ns, flops, by_precision, flops_source, precision,
                          tuple(levels), peak, peak_source, None if dram is None else dram.intensity, ridge, achieved,
-                         attainable, pct, bound, comparison, sol, bound_basis), missing
+                         attainable, pct, bound, comparison, sol, bound_basis, flops_lacking), missing
 
 
 def _speed_of_light(view: MetricView, kid: int) -> dict[str, float]:
