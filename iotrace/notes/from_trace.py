@@ -13,6 +13,7 @@ from typing import Any
 
 from iotrace.derivations import num
 from iotrace.notes.document import Image, Note, table
+from iotrace.trace.render.fmt import gain_text
 
 #: Kernels worked in detail per note: enough for a before/after walk, few enough to read.
 MAX_KERNELS = 6
@@ -121,6 +122,7 @@ def stall_table(report: Any, top: int = 4) -> str:
 
 
 def findings_list(findings: list[Any]) -> str:
+    """Numbered, in the report's order: ranked by the time each can save (iotrace.trace.findings)."""
     out = []
     for number, f in enumerate(findings, 1):
         where = f"#{f.kernel_id} " if f.kernel_id is not None else ""
@@ -129,6 +131,7 @@ def findings_list(findings: list[Any]) -> str:
             text += "  \n   Evidence: " + _md("; ".join(e.text() for e in f.evidence))
         if f.try_next:
             text += "  \n   Try: " + _md(f.try_next)
+        text += "  \n   Gain: " + _md(gain_text(f) + (f": {f.gain.reasoning}" if f.gain and f.gain.reasoning else ""))
         out.append(text)
     return "\n".join(out) or "No findings."
 
