@@ -209,6 +209,12 @@ def test_no_contradictions_on_any_corpus_report(corpus: Path, name: str) -> None
         if mine and x is not None and x >= 80:
             assert mine[0].rule == "bound", (kernel.name, mine[0].text)
             assert not any(word in mine[0].try_next for word in LATENCY_ADVICE), mine[0].try_next
+        shares = kernel.stall_shares()
+        lead = next((r for r in shares if r not in ("selected", "not_selected")), None)
+        if lead is not None and lead.endswith("_throttle"):  # a full queue or busy pipe: more in flight cannot help
+            assert not any("in flight" in f.try_next for f in mine), (kernel.name, lead)
+        if roof is not None and "tensor" in (roof.precision or ""):  # on the tensor cores already
+            assert not any("Use a faster pipe" in f.try_next for f in mine), kernel.name
         if kernel.origin is not None and kernel.origin.library:
             for f in mine:
                 assert not any(knob in f.try_next for knob in SOURCE_KNOBS), (kernel.name, f.try_next)

@@ -15,7 +15,7 @@ from iotrace.trace.reports.ncu_rules import bound_verdict
 from iotrace.trace.reports.occupancy import ACHIEVED_GAP_PCT
 from iotrace.trace.reports.records import Evidence, Finding
 from iotrace.trace.reports.roofline import BALANCED_POINTS, BINDS_PCT, LATENCY_PCT, MODEL_EXCESS
-from iotrace.trace.reports.stall_reasons import reason
+from iotrace.trace.reports.stall_reasons import StallReason, reason
 from iotrace.trace.reports.stalls import DOMINANT_SHARE, ISSUE_ACTIVE_LIMIT
 
 __all__ = ["KERNEL_RULES", "roof_fraction"]
@@ -40,6 +40,15 @@ def roof_fraction(facts: KernelFacts) -> tuple[float, str] | None:
              else "the attainable roofline")
     return max(0.0, 1.0 - x / 100.0), (f"at {x:.0f}% of {where}, nothing short of moving fewer bytes or doing fewer "
                                        f"FLOPs saves more than {max(0.0, 100.0 - x):.0f}% of its time")
+
+
+def _leading_stall(facts: KernelFacts) -> tuple[StallReason, float] | None:
+    """The stall reason with the largest share of the primary family (not "selected"), or None without stalls."""
+    ranked = facts.stalls
+    if ranked.empty:
+        return None
+    stalls = ranked[[not reason(r).not_a_stall for r in ranked["reason"]]]
+    return None if stalls.empty else (reason(str(stalls.iloc[0]["reason"])), float(stalls.iloc[0]["share"]))
 
 
 def _sol_evidence(sol: dict[str, float]) -> list[Evidence]:
@@ -103,6 +112,16 @@ def _bound(facts: KernelFacts) -> list[Finding]:
         text += f" Not counted: {lacking}."
     topic = {"memory": "memory", "compute": "compute", "latency": "latency", "balanced": "memory"}[roof.bound]
     try_next = next_step(facts, topic, ", ".join(sorted(facts.plugin_params)))
+    on_tensor = "tensor" in (roof.precision or "") or "tensor" in (getattr(roof, "flops_lacking", "") or "")
+    if roof.bound == "compute" and on_tensor and not facts.origin.library:
+        try_next = ("It already runs on the tensor cores: what is left is a narrower type (fp8, int8 or int4 where "
+                    "accuracy allows) or fewer instructions around the MMAs (address arithmetic, conversions).")
+    lead = _leading_stall(facts)
+    if roof.bound == "latency" and lead is not None and not facts.origin.library:
+        # The wait that leads says how to hide it: a full queue (lg_throttle) needs fewer, wider accesses, not
+        # more in flight; only a scoreboard or barrier wait is hidden by more loads in flight or more warps.
+        info, share = lead
+        try_next = f"{info.label} leads the warp stalls ({share:.0%}): {info.knob}"
     if roof.bound == "latency" and facts.blocks is not None and facts.sms and facts.blocks < facts.sms:
         try_next = "The grid cannot fill the GPU (see the small-grid finding). " + try_next
     stored = bound_verdict(list(facts.stored))

@@ -8,12 +8,15 @@ from iotrace.trace.findings.facts import KernelFacts
 from iotrace.trace.findings.kernel_rules import KERNEL_RULES
 from iotrace.trace.findings.launch_rules import FILE_RULES, LAUNCH_RULES, FileFacts
 from iotrace.trace.findings.rule import Rule
+from iotrace.trace.findings.timeline_rules import TIMELINE_RULES
 from iotrace.trace.reports.records import Finding
+from iotrace.trace.reports.timeline import Timeline
 
-__all__ = ["RULES", "FileFacts", "Rule", "evaluate", "evaluate_file", "rule"]
+__all__ = ["RULES", "FileFacts", "Rule", "evaluate", "evaluate_file", "evaluate_timeline", "rule"]
 
-#: Kernel rules first, in the order a person reads them (verdict, its causes, launch checks), then file rules.
-RULES: tuple[Rule, ...] = (*KERNEL_RULES[:1], *LAUNCH_RULES, *KERNEL_RULES[1:], *FILE_RULES)
+#: Kernel rules first, in the order a person reads them (verdict, launch checks, its causes), then the file's and
+#: the timeline's.
+RULES: tuple[Rule, ...] = (*KERNEL_RULES[:1], *LAUNCH_RULES, *KERNEL_RULES[1:], *FILE_RULES, *TIMELINE_RULES)
 
 
 def rule(rule_id: str) -> Rule:
@@ -33,6 +36,10 @@ def evaluate(facts: KernelFacts) -> list[Finding]:
 
 def evaluate_file(facts: FileFacts) -> list[Finding]:
     return [f for r in RULES if r.scope == "file" for f in r.check(facts)]
+
+
+def evaluate_timeline(line: Timeline) -> list[Finding]:
+    return [f for r in RULES if r.scope == "timeline" for f in r.check(line)]
 
 
 def rule_table() -> Iterable[dict[str, str]]:

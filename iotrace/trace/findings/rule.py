@@ -17,7 +17,8 @@ class Rule:
     """One rule, as Nsight Compute's rules are written: an identifier, the report section it belongs to, its condition
     in words (stated on the data), the public source of its threshold, and the check. A kernel rule's ``check`` takes
     one :class:`KernelFacts` and returns its findings (none where the condition does not hold); a file rule's takes
-    the whole selection (:class:`iotrace.trace.findings.registry.FileFacts`)."""
+    the whole selection (:class:`iotrace.trace.findings.launch_rules.FileFacts`), a timeline rule's the trace's
+    :class:`iotrace.trace.reports.timeline.Timeline`."""
 
     id: str
     report: str

@@ -15,7 +15,7 @@ import pandas as pd
 
 from iotrace.cards import Card
 from iotrace.errors import InvalidValueError
-from iotrace.trace.findings import FileFacts, KernelFacts, evaluate, evaluate_file, rank
+from iotrace.trace.findings import FileFacts, KernelFacts, evaluate, evaluate_file, evaluate_timeline, rank
 from iotrace.trace.info import smem_columns, smem_text
 from iotrace.trace.reports.launch_groups import group_launches, group_metrics, unprofiled
 from iotrace.trace.reports.metricview import MetricView
@@ -29,7 +29,7 @@ from iotrace.trace.reports.records import Finding, Unavailable
 from iotrace.trace.reports.roofline import RooflinePoint, roofline_point
 from iotrace.trace.reports.source_lines import KernelSourceLines, source_lines
 from iotrace.trace.reports.stalls import primary, stall_table
-from iotrace.trace.reports.timeline import Timeline, timeline, timeline_findings
+from iotrace.trace.reports.timeline import Timeline, timeline
 from iotrace.trace.tables import TraceTables
 
 __all__ = ["CEILINGS", "KernelReport", "Report", "build_report"]
@@ -429,7 +429,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     if timed or not tables.ranges.empty:
         line = timeline(tables)
         missing += line.unavailable
-        findings += timeline_findings(line)
+        findings += evaluate_timeline(line)
     configs = _select(tables, kernel, False)[0] if each_launch else None
     findings += evaluate_file(FileFacts(every, dict(tables.meta), configs))
     ranked = rank(findings)

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from iotrace.trace.reports.records import Evidence, Finding, Gain, Unavailable
+from iotrace.trace.reports.records import Unavailable
 from iotrace.trace.tables import GPU_RANGE_DOMAINS, TraceTables
 
-__all__ = ["IDLE_SHARE", "MEMCPY_SHARE", "GraphLaunches", "Timeline", "timeline", "timeline_findings"]
+__all__ = ["IDLE_SHARE", "MEMCPY_SHARE", "GraphLaunches", "Timeline", "timeline"]
 
 #: GPU idle for more than 20% of the traced span is flagged. HTA's idle-time analysis uses the same framing
 #: (facebookresearch/HolisticTraceAnalysis, analyzers/idle_time_analysis.py); 20% is iotrace's cut-off.
@@ -208,35 +208,3 @@ def timeline(tables: TraceTables, top: int = 10) -> Timeline:
     memcpy = {"copy_ns": copy_ns, "kernel_ns": kernel_ns,
               "share": copy_ns / (copy_ns + kernel_ns) if copy_ns + kernel_ns > 0 else None, "by_kind": by_kind}
     return Timeline(top_kernels, ranges, gaps, idle, latency, memcpy, missing, graphs)
-
-
-def timeline_findings(line: Timeline) -> list[Finding]:
-    out: list[Finding] = []
-    for row in line.idle.to_dict("records"):
-        if row["idle_share"] > IDLE_SHARE:
-            share, idle_ms, span_ms = row["idle_share"] * 100, row["idle_ns"] / 1e6, row["span_ns"] / 1e6
-            out.append(Finding("timeline", f"GPU {row['device']} was idle {share:.0f}% of the traced span "
-                                           f"({idle_ms:.3f} of {span_ms:.3f} ms).",
-                               (Evidence("idle share", round(row["idle_share"], 3), f"> {IDLE_SHARE}"),),
-                               "Find what the host does in the longest gaps (the table lists the kernels on either "
-                               "side); overlap copies with compute, batch small launches or capture a CUDA graph.",
-                               "measured", rule="gpu-idle",
-                               gain=Gain(float(row["idle_share"]), float(row["span_ns"]),
-                                         "the GPU's idle time is the most that closing the gaps can save")))
-    share = line.memcpy.get("share")
-    if share is not None and share > MEMCPY_SHARE:
-        out.append(Finding("timeline", f"Memory copies and sets take {share * 100:.0f}% of GPU busy time.",
-                           (Evidence("copy share", round(share, 3), f"> {MEMCPY_SHARE}"),),
-                           "Keep data on the device between steps; use pinned memory and async copies that overlap "
-                           "kernels.", "measured", rule="copy-share",
-                           gain=Gain(float(share), float(line.memcpy["copy_ns"] + line.memcpy["kernel_ns"]),
-                                     "removing every copy and set saves at most their time")))
-    if len(line.top_kernels):
-        first = line.top_kernels.iloc[0]
-        launches = int(first["launches"])
-        out.append(Finding("timeline", f"The top kernel takes {float(first['share_pct']):.0f}% of kernel time "
-                                       f"({launches} launch{'es' * (launches != 1)}).",
-                           (Evidence("share", round(float(first["share_pct"]), 2), "", "%"),),
-                           "Profile this kernel with ncu first: it bounds what tuning anything else can win.",
-                           "measured", None, str(first["name"]), "info", "top-kernel"))
-    return out
