@@ -165,6 +165,19 @@ def _range_rooflines(report: Report) -> list[str]:
 OP_HEADERS = ("op", "shapes", "dtype", "calls", "kernel time", "FLOP/byte", "achieved", "% of attainable", "bound")
 
 
+def _stored(report: Report) -> str:
+    """Nsight Compute's stored global estimates, ranked across the file; nothing where the file has none."""
+    stored = report.stored_ranked()
+    if not stored:
+        return ""
+    items = "".join(f"<li>#{row['kernel_id']} {e(row['kernel'])}: "
+                    + ("" if row["saves_ns"] is None else f"~{e(duration(row['saves_ns']))} ")
+                    + f"{e(row['text'])}</li>"
+                    for row in stored)
+    return ("<h2>Nsight Compute's own analysis (rule results stored in the file, ranked by est. global speedup × the "
+            f"kernel's time)</h2><ol>{items}</ol>")
+
+
 def _top_title(report: Report) -> str:
     shown, total = len(report.findings), max(report.findings_total, len(report.findings))
     more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
@@ -178,7 +191,7 @@ def report_html(report: Report) -> str:
             f"({e(meta.get('tool'))}, version {e(meta.get('version') or 'not stated')})<br>card: "
             f"{e(report.card.name if report.card else 'none')} — {e(report.card_source)}<br>counts: "
             f"{e(counts_text(report.counts))}</p>",
-            f"<h2>{e(_top_title(report))}</h2>", _findings(report.findings) or "<p>none</p>",
+            f"<h2>{e(_top_title(report))}</h2>", _findings(report.findings) or "<p>none</p>", _stored(report),
             f"<h2>{e(report.kernels_title())}</h2>", _kernel_table(report), "<h2>Figures</h2>"]
     for n, (name, fig) in enumerate(figures(report)):
         body.append(f'<div class="figure" id="{e(name)}">'

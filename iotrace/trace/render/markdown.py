@@ -52,8 +52,16 @@ def _findings(findings: list[Finding]) -> list[str]:
 def _top_findings(report: Report) -> list[str]:
     shown, total = len(report.findings), max(report.findings_total, len(report.findings))
     more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
-    return [f"## Top findings (ranked by the time they can save{more})", "",
-            *(_findings(report.findings) if report.findings else ["none", ""])]
+    lines = [f"## Top findings (ranked by the time they can save{more})", "",
+             *(_findings(report.findings) if report.findings else ["none", ""])]
+    stored = report.stored_ranked()
+    if stored:
+        lines += ["## Nsight Compute's own analysis (rule results stored in the file, ranked by est. global speedup × "
+                  "the kernel's time)", ""]
+        lines += [f"{n}. \\#{row['kernel_id']} {md(row['kernel'], 60)}: "
+                  + ("" if row["saves_ns"] is None else f"~{duration(row['saves_ns'])} ") + md(row["text"])
+                  for n, row in enumerate(stored, 1)] + [""]
+    return lines
 
 
 def _range_rooflines(report: Report) -> list[str]:
