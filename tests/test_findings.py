@@ -257,3 +257,17 @@ def test_rule_results_absent_or_without_estimates_are_said_once(name: str, line:
     assert report.kernels and report.findings  # nothing else in the report is lost
     assert not any("rule results" in note for note in _report(T4).notes)  # a 2024 file with estimates: silent
     assert not any("rule results" in note for note in _report(TRT).notes)  # a timeline is not an ncu report
+
+
+def test_the_gemm_cost_model_cross_checks_the_tensor_flops_and_bounds_the_excess_bytes(corpus: Path) -> None:
+    """The H100 wgmma bf16 GEMM at 8192³ as iotrace's gemm plugin: the counted tensor FLOPs are the analytic 2·M·N·K
+    (the file's few fp32 epilogue FLOPs aside), and the excess DRAM bytes' gain is bounded by the roofline floor."""
+    report = build_report(load(corpus / H100_GEMM), plugin="gemm", shape={"M": 8192, "N": 8192, "K": 8192},
+                          dtype="bf16")
+    roof = report.kernels[0].roofline
+    assert roof.model.flops == 2 * 8192**3 and roof.model.flops_ratio == pytest.approx(1.0, abs=1e-3)
+    assert roof.precision == "bf16 tensor"
+    [excess] = [f for f in report.findings if f.rule == "model-excess"]
+    floor = max(roof.model.flops / roof.peak_flop_per_s, roof.model.bytes / roof.level("dram").ceiling_bytes_per_s)
+    assert excess.gain.fraction == pytest.approx(1 - floor / (roof.duration_ns / 1e9))
+    assert 0 < excess.gain.fraction < 1
