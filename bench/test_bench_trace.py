@@ -432,12 +432,16 @@ def test_nsys_sqlite_load_against_read_sql(benchmark, nsys_export: Path) -> None
 
 # --- Reports on every corpus file --------------------------------------------------------------------------------
 
+NOT_READ_YET = ("rocprof", "bench-outputs")
+
+
 def _corpus_exports() -> list[Path]:
     """Every corpus export that loads without nsys (the raw .nsys-rep/.qdrep need `nsys export`)."""
     if not CORPUS.is_dir():
         return []
-    return sorted(p for folder in CORPUS.iterdir() if folder.is_dir() for p in folder.iterdir()
-                  if p.is_file() and p.suffix not in (".nsys-rep", ".qdrep"))
+    # rocprof/ and bench-outputs/ hold formats iotrace refuses in one line for now (formats/not_read_yet.py).
+    return sorted(p for folder in CORPUS.iterdir() if folder.is_dir() and folder.name not in NOT_READ_YET
+                  for p in folder.iterdir() if p.is_file() and p.suffix not in (".nsys-rep", ".qdrep"))
 
 
 @pytest.mark.parametrize("path", _corpus_exports() or [CORPUS / "absent"], ids=lambda p: f"{p.parent.name}/{p.name}")
