@@ -59,7 +59,8 @@ def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
                         help="roofline ceilings: the file's own *.peak_sustained (file), the card (card), or the "
                              "file's where present, else the card's (auto, default)")
     parser.add_argument("--top", type=binary_count, default=50,
-                        help="report at most this many kernel rows (default 50)")
+                        help="show at most this many kernel rows and findings; findings are ranked across every row "
+                             "by the time they can save (default 50)")
     parser.add_argument("--each-launch", action="store_true",
                         help="one row per launch; by default identical launches (same name, grid, block, "
                              "registers, shared memory) are one row with their count, min/median/max time and "

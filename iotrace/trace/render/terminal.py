@@ -193,6 +193,9 @@ def _findings(console: Console, findings: list[Finding], title: str = "Findings"
 def _top_findings(console: Console, report: Report) -> None:
     shown, total = len(report.findings), max(report.findings_total, len(report.findings))
     more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
+    if not report.findings:
+        console.print()
+        console.print("[bold]Top findings[/]: none (no rule's condition holds here; docs/findings.md lists the rules)")
     _findings(console, report.findings, f"Top findings (ranked by the time they can save{more})")
     stored = report.stored_ranked()
     if stored:
