@@ -8,6 +8,15 @@ microseconds. The analyses (:mod:`iotrace.trace.reports`) compute figures and dr
 
 from iotrace.trace.findings.facts import KernelFacts
 from iotrace.trace.findings.ranking import rank
-from iotrace.trace.findings.registry import RULES, FileFacts, Rule, evaluate, evaluate_file, evaluate_timeline
+from iotrace.trace.findings.registry import (
+                                             RULES,
+                                             FileFacts,
+                                             Rule,
+                                             TimelineFacts,
+                                             evaluate,
+                                             evaluate_file,
+                                             evaluate_timeline,
+)
 
-__all__ = ["RULES", "FileFacts", "KernelFacts", "Rule", "evaluate", "evaluate_file", "evaluate_timeline", "rank"]
+__all__ = ["RULES", "FileFacts", "KernelFacts", "Rule", "TimelineFacts", "evaluate", "evaluate_file",
+           "evaluate_timeline", "rank"]

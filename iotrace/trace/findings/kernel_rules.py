@@ -169,8 +169,8 @@ MODEL_EXCESS_RULE = Rule("model-excess", "roofline", f"counted DRAM bytes > {MOD
 
 def _stall(facts: KernelFacts) -> list[Finding]:
     ranked = facts.stalls
-    if ranked.empty:
-        return []
+    if ranked.empty or facts.origin.family == "nccl":
+        return []  # NCCL waits on its peers by design: overlap and exposure are its findings
     stalls = ranked[[not reason(r).not_a_stall for r in ranked["reason"]]]
     if stalls.empty:
         return []
@@ -215,7 +215,8 @@ STALL = Rule("dominant-stall", "warp stalls", f"one stall reason > {DOMINANT_SHA
 
 def _occupancy_limit(facts: KernelFacts) -> list[Finding]:
     occ, roof = facts.occupancy, facts.roofline
-    if occ is None or occ.result is None or occ.theoretical_pct is None or occ.theoretical_pct >= 100.0:
+    if occ is None or occ.result is None or occ.theoretical_pct is None or occ.theoretical_pct >= 100.0 \
+            or facts.origin.family == "nccl":
         return []
     if roof is None or roof.bound != "latency":
         return []  # more warps only help a kernel that waits: at or near a roof they queue for the same unit
@@ -259,7 +260,8 @@ MISMATCH = Rule("occupancy-mismatch", "occupancy", "iotrace's theoretical occupa
 
 def _achieved_gap(facts: KernelFacts) -> list[Finding]:
     occ = facts.occupancy
-    if occ is None or occ.achieved_pct is None or occ.achieved_source.startswith("estimated"):
+    if occ is None or occ.achieved_pct is None or occ.achieved_source.startswith("estimated") \
+            or facts.origin.family == "nccl":
         return []
     theoretical = occ.theoretical_pct_file if occ.theoretical_pct_file is not None else occ.theoretical_pct
     if theoretical is None or theoretical - occ.achieved_pct < ACHIEVED_GAP_PCT:

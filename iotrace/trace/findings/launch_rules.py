@@ -14,8 +14,9 @@ from iotrace.trace.findings.advice import next_step
 from iotrace.trace.findings.facts import KernelFacts
 from iotrace.trace.findings.rule import Rule, finding
 from iotrace.trace.reports.launch_groups import config_text
-from iotrace.trace.reports.origin import older_build
+from iotrace.trace.reports.origin import classify, older_build
 from iotrace.trace.reports.records import Evidence, Finding
+from iotrace.trace.reports.time_split import COMM_KERNEL
 
 __all__ = ["FILE_RULES", "LAUNCH_RULES", "TAIL_SHARE", "TINY_BLOCKS", "FileFacts"]
 
@@ -25,6 +26,10 @@ TINY_BLOCKS = 4
 #: LaunchConfiguration rule flags a tail effect from `potential_tail_effect >= 0.2` (sections/LaunchStatistics.py).
 TAIL_SHARE = 0.2
 LAUNCH_RULE = "Nsight Compute's LaunchConfiguration rule (sections/LaunchStatistics.py)"
+#: A name's configurations are a finding from this share of the kernel time, and where their occupancies are known,
+#: this far apart: iotrace's cut-offs (the achieved-occupancy gap ncu's AchievedOccupancy rule reports is 10 points).
+CONFIG_SHARE = 0.05
+CONFIG_OCCUPANCY_POINTS = 10.0
 #: Per device major, what its architecture added that an older build cannot use (NVIDIA's Ampere, Hopper and Blackwell
 #: architecture whitepapers; PTX ISA: cp.async from sm_80, wgmma and cp.async.bulk.tensor (TMA) from sm_90a,
 #: tcgen05 from sm_100a).
@@ -46,8 +51,8 @@ def _wave(facts: KernelFacts) -> tuple[float, str, str] | None:
 
 def _small_grid(facts: KernelFacts) -> list[Finding]:
     blocks, sms = facts.blocks, facts.sms
-    if blocks is None or not sms or blocks >= sms:
-        return []
+    if blocks is None or not sms or blocks >= sms or facts.origin.family == "nccl":
+        return []  # NCCL launches a block per channel by design: its findings are overlap and exposure
     per_sm = facts.blocks_per_sm or 1
     threads = facts.threads_per_block
     tiny = blocks <= TINY_BLOCKS or (threads is not None and blocks * threads <= 32)
@@ -69,7 +74,7 @@ SMALL_GRID = Rule("small-grid", "launch", "blocks in the grid < the device's SM 
 
 def _tail(facts: KernelFacts) -> list[Finding]:
     wave = _wave(facts)
-    if wave is None:
+    if wave is None or facts.origin.family == "nccl":
         return []
     waves, source, basis = wave
     whole = math.ceil(waves - 1e-9)
@@ -147,16 +152,23 @@ NOT_PROFILED = Rule("not-profiled", "profiling", "a launch has no counter in the
 
 
 def _configurations(facts: FileFacts) -> list[Finding]:
-    """One finding per kernel name launched in more than one distinct launch configuration."""
+    """One finding per kernel name launched in more than one distinct launch configuration, where it matters: the
+    name takes :data:`CONFIG_SHARE` of the kernel time or more, and its configurations' occupancies (where the file
+    has them) differ by :data:`CONFIG_OCCUPANCY_POINTS` or more. NCCL's are left out (a channel count, not a tune)."""
     groups = facts.configs if facts.configs is not None else facts.groups
     column = next((c for c in ("achieved_occupancy_pct", "est_achieved_occupancy_pct") if c in groups
                    and groups[c].notna().any()), None)
+    file_ns = float(groups["total_ns"].sum(min_count=1) or 0.0)
     out: list[Finding] = []
     for name, rows in groups[groups["configs_of_name"] > 1].groupby("name", sort=False):
         totals = [float(t) if pd.notna(t) else 0.0 for t in rows["total_ns"]]
         total = sum(totals)
         occupancy = [None if column is None or pd.isna(o) else float(o)
                      for o in (rows[column] if column else [None] * len(rows))]
+        known = [o for o in occupancy if o is not None]
+        if COMM_KERNEL.search(str(name)) or (file_ns > 0 and total / file_ns < CONFIG_SHARE) or \
+                (len(known) == len(occupancy) and max(known) - min(known) < CONFIG_OCCUPANCY_POINTS):
+            continue
         weighted = [(o, t) for o, t in zip(occupancy, totals, strict=True) if o is not None and t > 0]
         mean = sum(o * t for o, t in weighted) / sum(t for _, t in weighted) if weighted else None
         label = "achieved" if column == "achieved_occupancy_pct" else "estimated achieved"
@@ -171,14 +183,20 @@ def _configurations(facts: FileFacts) -> list[Finding]:
                          for i, r in enumerate(rows.to_dict("records")))
         if mean is not None:
             evidence += (Evidence(f"time-weighted {label} occupancy", round(mean, 2), unit="%"),)
+        library = classify(str(name)).library
         out.append(Finding("launch configurations", text, evidence,
+                           "the library chose a different kernel configuration per call shape: compare the shapes' "
+                           "time per unit of work and align or batch the slow shapes" if library else
                            "tune each configuration on its own: occupancy and the bound differ between them",
-                           "measured", int(rows["id"].iloc[0]), str(name), "info", CONFIGURATIONS.id))
+                           "measured", int(rows["id"].iloc[0]), str(name), "info", CONFIGURATIONS.id,
+                           share_pct=None if file_ns <= 0 else 100.0 * total / file_ns))
     return out
 
 
 CONFIGURATIONS = Rule("configurations", "launch configurations", "one kernel name launched in more than one distinct "
-                      "grid/block/registers/shared-memory configuration", "iotrace (a row per configuration hides "
-                      "nothing; the finding says what one row per name would)", _configurations, scope="file")
+                      f"configuration, taking >= {CONFIG_SHARE:.0%} of kernel time, its configurations' occupancies "
+                      f"{CONFIG_OCCUPANCY_POINTS:g} points or more apart (where known); not NCCL",
+                      "iotrace (a row per configuration hides nothing; the finding says what one row per name "
+                      "would, where the difference matters)", _configurations, scope="file")
 
 FILE_RULES: tuple[Rule, ...] = (NOT_PROFILED, CONFIGURATIONS)

@@ -8,11 +8,10 @@ from iotrace.trace.findings.facts import KernelFacts
 from iotrace.trace.findings.kernel_rules import KERNEL_RULES
 from iotrace.trace.findings.launch_rules import FILE_RULES, LAUNCH_RULES, FileFacts
 from iotrace.trace.findings.rule import Rule
-from iotrace.trace.findings.timeline_rules import TIMELINE_RULES
+from iotrace.trace.findings.timeline_rules import TIMELINE_RULES, TimelineFacts
 from iotrace.trace.reports.records import Finding
-from iotrace.trace.reports.timeline import Timeline
 
-__all__ = ["RULES", "FileFacts", "Rule", "evaluate", "evaluate_file", "evaluate_timeline", "rule"]
+__all__ = ["RULES", "FileFacts", "Rule", "TimelineFacts", "evaluate", "evaluate_file", "evaluate_timeline", "rule"]
 
 #: Kernel rules first, in the order a person reads them (verdict, launch checks, its causes), then the file's and
 #: the timeline's.
@@ -38,8 +37,8 @@ def evaluate_file(facts: FileFacts) -> list[Finding]:
     return [f for r in RULES if r.scope == "file" for f in r.check(facts)]
 
 
-def evaluate_timeline(line: Timeline) -> list[Finding]:
-    return [f for r in RULES if r.scope == "timeline" for f in r.check(line)]
+def evaluate_timeline(facts: TimelineFacts) -> list[Finding]:
+    return [f for r in RULES if r.scope == "timeline" for f in r.check(facts)]
 
 
 def rule_table() -> Iterable[dict[str, str]]:

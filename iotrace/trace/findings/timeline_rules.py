@@ -1,50 +1,303 @@
-"""The rules that read a timeline (nsys, Kineto): the GPU idle, copies against kernels, the kernel that dominates.
+"""The rules that read a timeline (nsys, Kineto): Nsight Systems' expert-system rules, launch overhead, exposed
+communication, and where the GPU sat idle.
 
-Each takes the :class:`~iotrace.trace.reports.timeline.Timeline` of the whole trace. The timeline-findings work
-(Nsight Systems' expert rules on nsys and Kineto) adds its rules here, in the same registry and ranking.
+Nsight Systems' rules and their default thresholds are those of ``nsys analyze`` (Nsight Systems User Guide, "Expert
+Systems Analysis", https://docs.nvidia.com/nsight-systems/UserGuide/index.html#expert-systems-analysis): async memcpy
+with pageable memory (``cuda_memcpy_async``), synchronous memcpy and memset (``cuda_memcpy_sync``,
+``cuda_memset_sync``), synchronization APIs (``cuda_api_sync``), GPU gaps of 500 ms or more (``gpu_gaps``) and GPU time
+utilization under 50% in 30 equal chunks of the span (``gpu_time_util``). They run here on nsys exports and Kineto
+traces alike. Each takes :class:`TimelineFacts`.
 """
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
 from iotrace.trace.findings.rule import Rule
 from iotrace.trace.reports.records import Evidence, Finding, Gain
-from iotrace.trace.reports.timeline import IDLE_SHARE, MEMCPY_SHARE, Timeline
+from iotrace.trace.reports.time_split import merge, union_ns
+from iotrace.trace.reports.timeline import MEMCPY_SHARE, Timeline
+from iotrace.trace.tables import TraceTables
 
-__all__ = ["TIMELINE_RULES"]
+__all__ = ["GAP_NS", "LAUNCH_BOUND_RUN", "TIMELINE_RULES", "UTIL_CHUNKS", "UTIL_PCT", "TimelineFacts"]
+
+NSYS_RULES = "Nsight Systems User Guide, 'Expert Systems Analysis'"
+#: ``gpu_gaps``: "gap" argument, default 500 ms.
+GAP_NS = 500_000_000
+#: ``gpu_time_util``: "threshold" 50% and "chunks" 30, the defaults.
+UTIL_PCT, UTIL_CHUNKS = 50.0, 30
+#: Consecutive kernels, each shorter than its launch call, that make a launch-bound stretch (iotrace's cut-off: one
+#: or two short kernels are noise; three in a row are a pattern a CUDA graph or fusion removes).
+LAUNCH_BOUND_RUN = 3
+#: Exposed communication (NCCL time no compute kernel hides) flagged from this share of the span (iotrace's cut-off).
+EXPOSED_SHARE = 0.05
 
 
-def _gpu_idle(line: Timeline) -> list[Finding]:
+@dataclass(frozen=True)
+class TimelineFacts:
+    """What a timeline rule reads: the trace's timeline figures and its tables (API calls, copies, ranges)."""
+
+    line: Timeline
+    tables: TraceTables
+
+    @property
+    def span_ns(self) -> float | None:
+        """The longest device span (first GPU operation's start to last one's end): what timeline gains are of."""
+        split = self.line.split
+        if split is None or split.devices.empty:
+            return None
+        return float(split.devices["span_ns"].max()) or None
+
+    def gain(self, saved_ns: float, reasoning: str) -> Gain:
+        """``saved_ns`` as a share of the span (the whole saving where the trace has no span)."""
+        span = self.span_ns
+        return Gain(min(1.0, saved_ns / span), span, reasoning) if span else Gain(1.0, saved_ns, reasoning)
+
+
+def _api(facts: TimelineFacts) -> pd.DataFrame:
+    calls = getattr(facts.tables, "api_calls", None)
+    return pd.DataFrame() if calls is None else calls
+
+
+def _cpu_during(facts: TimelineFacts, start: int, end: int) -> str:
+    """What the host did in [start, end): the API calls and ranges that overlap it, by time, in words."""
+    parts = []
+    calls = _api(facts)
+    if len(calls):
+        inside = calls[(calls["start_ns"] < end) & (calls["end_ns"] > start)]
+        if len(inside):
+            top = (inside.assign(t=np.minimum(inside["end_ns"], end) - np.maximum(inside["start_ns"], start))
+                   .groupby("name")["t"].sum().sort_values(ascending=False).head(3))
+            parts.append(", ".join(f"{name} {t / 1e6:.1f} ms" for name, t in top.items()))
+    ranges = facts.tables.ranges.dropna(subset=["start_ns", "end_ns"])
+    if len(ranges):
+        inside = ranges[(ranges["start_ns"] < end) & (ranges["end_ns"] > start)]
+        if len(inside):
+            deepest = inside.sort_values(["depth", "start_ns"], ascending=[False, True], na_position="first")
+            parts.append("in range " + ", ".join(dict.fromkeys(str(n) for n in deepest["name"].head(2))))
+    return "; ".join(parts) or "no API call or range recorded on the host"
+
+
+def _gpu_gaps(facts: TimelineFacts) -> list[Finding]:
     out = []
-    for row in line.idle.to_dict("records"):
-        if row["idle_share"] <= IDLE_SHARE:
+    busy = _busy(facts.tables)
+    for device, (s, e) in busy.items():
+        gap = s[1:] - e[:-1]
+        long = np.flatnonzero(gap >= GAP_NS)
+        if not len(long):
             continue
-        share, idle_ms, span_ms = row["idle_share"] * 100, row["idle_ns"] / 1e6, row["span_ns"] / 1e6
-        out.append(Finding("timeline", f"GPU {row['device']} was idle {share:.0f}% of the traced span "
-                                       f"({idle_ms:.3f} of {span_ms:.3f} ms).",
-                           (Evidence("idle share", round(row["idle_share"], 3), f"> {IDLE_SHARE}"),),
-                           "Find what the host does in the longest gaps (the table lists the kernels on either "
-                           "side); overlap copies with compute, batch small launches or capture a CUDA graph.",
-                           "measured", rule=GPU_IDLE.id,
-                           gain=Gain(float(row["idle_share"]), float(row["span_ns"]),
-                                     "the GPU's idle time is the most that closing the gaps can save")))
+        total = float(gap[long].sum())
+        worst = long[np.argsort(-gap[long], kind="stable")][:3]
+        described = "; ".join(f"{gap[i] / 1e6:.0f} ms at {(e[i] - s[0]) / 1e6:.0f} ms "
+                              f"({_cpu_during(facts, e[i], s[i + 1])})" for i in worst)
+        out.append(Finding("timeline", f"GPU {device} sat idle in {len(long)} gap{'s' * (len(long) != 1)} of "
+                                       f"{GAP_NS / 1e6:.0f} ms or more, {total / 1e6:.0f} ms in all: {described}.",
+                           (Evidence("gaps >= 500 ms", len(long), f"nsys gpu_gaps rule ({NSYS_RULES})"),
+                            Evidence("their time", round(total / 1e6, 3), "", "ms")),
+                           "Look at what the host does in each gap (above): data loading, synchronisation, Python "
+                           "work between steps; overlap it with GPU work or move it off the critical path.",
+                           "measured", rule=GPU_GAPS.id, gain=facts.gain(total, "the gaps' time is the most that "
+                                                                                "filling them can save")))
     return out
 
 
-GPU_IDLE = Rule("gpu-idle", "timeline", f"a GPU idle more than {IDLE_SHARE:.0%} of the traced span",
-                "HTA's idle-time analysis (facebookresearch/HolisticTraceAnalysis); 20% is iotrace's cut-off",
-                _gpu_idle, scope="timeline")
+GPU_GAPS = Rule("gpu-gaps", "timeline", f"a GPU idle for {GAP_NS / 1e6:.0f} ms or more at a stretch, within its "
+                "first and last GPU operation", f"nsys gpu_gaps rule ({NSYS_RULES})", _gpu_gaps, scope="timeline")
 
 
-def _copy_share(line: Timeline) -> list[Finding]:
+def _busy(tables: TraceTables) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per device, its GPU operations (kernels, copies, sets) as disjoint sorted busy intervals."""
+    out = {}
+    parts = [frame.dropna(subset=["start_ns", "end_ns"]) for frame in (tables.kernels, tables.transfers)]
+    frame = pd.concat([p[["device", "start_ns", "end_ns"]] for p in parts if len(p)], ignore_index=True) \
+        if any(len(p) for p in parts) else pd.DataFrame(columns=["device", "start_ns", "end_ns"])
+    for device, group in frame.groupby(frame["device"].fillna(-1).astype("int64"), sort=True):
+        out[int(device)] = merge(group["start_ns"].astype("int64").to_numpy(),
+                                 group["end_ns"].astype("int64").to_numpy())
+    return out
+
+
+def _gpu_util(facts: TimelineFacts) -> list[Finding]:
+    out = []
+    for device, (s, e) in _busy(facts.tables).items():
+        span = int(e[-1] - s[0]) if len(s) else 0
+        if span <= 0:
+            continue
+        edges = s[0] + np.arange(UTIL_CHUNKS + 1) * span / UTIL_CHUNKS
+        busy = np.array([union_ns(np.clip(s, a, b), np.clip(e, a, b)) for a, b in itertools.pairwise(edges)])
+        util = 100.0 * busy / (span / UTIL_CHUNKS)
+        low = np.flatnonzero(util < UTIL_PCT)
+        if not len(low):
+            continue
+        idle = float((span / UTIL_CHUNKS - busy[low]).sum())
+        out.append(Finding("timeline", f"GPU {device} was under {UTIL_PCT:.0f}% busy in {len(low)} of {UTIL_CHUNKS} "
+                                       f"equal stretches of its {span / 1e6:.1f} ms span (lowest "
+                                       f"{util[low].min():.0f}%), {idle / 1e6:.1f} ms idle in them.",
+                           (Evidence("low-utilisation chunks", len(low), f"utilisation < {UTIL_PCT:.0f}% in "
+                                     f"{UTIL_CHUNKS} chunks (nsys gpu_time_util rule, {NSYS_RULES})"),),
+                           "Those stretches wait on the host or on dependencies: give the GPU work there (overlap "
+                           "the host's work, larger batches, fewer synchronisations).", "measured",
+                           rule=GPU_UTIL.id, gain=Gain(idle / span, float(span), "the idle time inside the "
+                                                       "low-utilisation stretches")))
+    return out
+
+
+GPU_UTIL = Rule("gpu-utilization", "timeline", f"some of {UTIL_CHUNKS} equal chunks of a GPU's span under "
+                f"{UTIL_PCT:.0f}% busy", f"nsys gpu_time_util rule ({NSYS_RULES})", _gpu_util, scope="timeline")
+
+
+def _pageable(facts: TimelineFacts) -> list[Finding]:
+    copies = facts.tables.transfers
+    if "src_kind" not in copies or copies.empty:
+        return []
+    pageable = copies[(copies["src_kind"] == "pageable") | (copies["dst_kind"] == "pageable")]
+    calls = _api(facts)
+    if len(pageable) and len(calls) and "correlation_id" in pageable:
+        async_ids = set(calls.loc[calls["name"].astype(str).str.contains("Async"), "correlation_id"].dropna())
+        matched = pageable["correlation_id"].isin(async_ids)
+        if pageable["correlation_id"].notna().any():
+            pageable = pageable[matched]
+    if pageable.empty:
+        return []
+    total = float(pageable["duration_ns"].sum())
+    size = pageable["bytes"].sum(min_count=1)
+    return [Finding("timeline", f"{len(pageable)} asynchronous cop{'ies' if len(pageable) != 1 else 'y'} to or from "
+                                f"pageable host memory ({'' if pd.isna(size) else f'{int(size):,} B, '}"
+                                f"{total / 1e6:.3f} ms): the driver stages them through a pinned buffer, so they "
+                                "neither overlap nor stay asynchronous.",
+                    (Evidence("pageable async copies", len(pageable), f"nsys cuda_memcpy_async rule ({NSYS_RULES})"),
+                     Evidence("their time", round(total / 1e6, 3), "", "ms")),
+                    "Pin the host buffers (cudaHostAlloc / cudaHostRegister; in PyTorch pin_memory=True and "
+                    "non_blocking=True) so the copies run at full bandwidth and overlap compute.", "measured",
+                    rule=PAGEABLE.id, gain=facts.gain(total, "the copies' time is the most pinning can save"))]
+
+
+PAGEABLE = Rule("pageable-memcpy", "timeline", "an asynchronous memcpy whose host side is pageable memory",
+                f"nsys cuda_memcpy_async rule ({NSYS_RULES})", _pageable, scope="timeline")
+
+
+def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str):
+    def check(facts: TimelineFacts) -> list[Finding]:
+        calls = _api(facts)
+        if calls.empty:
+            return []
+        mine = calls[calls["kind"] == kind]
+        if kind in ("memcpy", "memset"):
+            mine = mine[~mine["name"].astype(str).str.contains("Async")]
+        if mine.empty:
+            return []
+        total = float(mine["duration_ns"].sum())
+        names = ", ".join(f"{n} ×{c}" for n, c in mine["name"].value_counts().head(3).items())
+        what = {"memcpy": "synchronous memcpy", "memset": "synchronous memset", "sync": "synchronization"}[kind]
+        return [Finding("timeline", f"{len(mine)} {what} call{'s' * (len(mine) != 1)} ({names}) held the host "
+                                    f"{total / 1e6:.3f} ms in all.",
+                        (Evidence(f"{what} calls", len(mine), f"nsys {nsys} rule ({NSYS_RULES})"),
+                         Evidence("host time in them", round(total / 1e6, 3), "", "ms")),
+                        advice, "measured", rule=rule_id,
+                        gain=facts.gain(total, "the host waits the calls' whole duration; overlapping that wait "
+                                               "with work saves at most it"))]
+    return check
+
+
+SYNC_MEMCPY = Rule("sync-memcpy", "timeline", "a synchronous (non-Async) memcpy call", f"nsys cuda_memcpy_sync rule "
+                   f"({NSYS_RULES})", _sync_calls("memcpy", "sync-memcpy", "cuda_memcpy_sync",
+                                                  "Use cudaMemcpyAsync on a stream with pinned host memory (PyTorch: "
+                                                  ".to(device, non_blocking=True) from pinned tensors), so the host "
+                                                  "does not wait for the copy."), scope="timeline")
+SYNC_MEMSET = Rule("sync-memset", "timeline", "a synchronous (non-Async) memset call", f"nsys cuda_memset_sync rule "
+                   f"({NSYS_RULES})", _sync_calls("memset", "sync-memset", "cuda_memset_sync",
+                                                  "Use cudaMemsetAsync on the work's stream."), scope="timeline")
+SYNC_API = Rule("sync-api", "timeline", "a call that blocks the host until the GPU finishes (device, stream or event "
+                "synchronize, stream wait)", f"nsys cuda_api_sync rule ({NSYS_RULES})",
+                _sync_calls("sync", "sync-api", "cuda_api_sync",
+                            "Synchronise only where the host needs a result (in PyTorch, .item(), .cpu() and "
+                            "printing a tensor synchronise); use events between streams instead of a device-wide "
+                            "synchronize."), scope="timeline")
+
+
+def _launch_bound(facts: TimelineFacts) -> list[Finding]:
+    split = facts.line.launches
+    if split is None or split.per_kernel.empty:
+        return []
+    out = []
+    for device, rows in split.per_kernel.groupby("device", sort=True):
+        rows = rows.sort_values("start", kind="stable")
+        short = ((rows["end"] - rows["start"]) < rows["api_ns"]).to_numpy()
+        # Runs of consecutive short kernels: a run id that changes at every long kernel.
+        run = np.cumsum(~short)
+        spans, inside, kernels = 0.0, 0.0, 0
+        for _, members in rows[short].groupby(run[short]):
+            if len(members) < LAUNCH_BOUND_RUN:
+                continue
+            spans += float(members["end"].max() - members["start"].min())
+            inside += float((members["end"] - members["start"]).sum())
+            kernels += len(members)
+        if kernels == 0:
+            continue
+        total = split.per_kernel["end"].max() - split.per_kernel["start"].min()
+        out.append(Finding("timeline", f"GPU {device}: {kernels} kernels run in launch-bound stretches (each shorter "
+                                       f"than its launch call, {LAUNCH_BOUND_RUN} or more in a row), covering "
+                                       f"{spans / 1e6:.3f} ms ({spans / total:.0%} of the span) with only "
+                                       f"{inside / 1e6:.3f} ms of kernel time in them.",
+                           (Evidence("kernels in launch-bound stretches", kernels, f"kernel time < its launch call's, "
+                                     f"{LAUNCH_BOUND_RUN}+ in a row (iotrace; TraceLens / HTA kernel-launch "
+                                     "overhead)"),
+                            Evidence("stretch span", round(spans / 1e6, 3), "", "ms")),
+                           "Capture the stretch as a CUDA graph (torch.cuda.graphs, torch.compile "
+                           "mode='reduce-overhead') or fuse its kernels, so one launch replaces many.", "measured",
+                           rule=LAUNCH_BOUND.id, gain=facts.gain(spans - inside, "the stretches' span less their "
+                                                              "kernel time: the launch overhead a graph removes")))
+    return out
+
+
+LAUNCH_BOUND = Rule("launch-bound", "timeline", f"{LAUNCH_BOUND_RUN} or more consecutive kernels, each shorter than "
+                    "its launch API call", "HTA kernel-launch overhead analysis (facebookresearch/"
+                    "HolisticTraceAnalysis); the run length is iotrace's", _launch_bound, scope="timeline")
+
+
+def _exposed(facts: TimelineFacts) -> list[Finding]:
+    split = facts.line.split
+    if split is None:
+        return []
+    out = []
+    for row in split.devices.to_dict("records"):
+        if row["communication_share"] < EXPOSED_SHARE:
+            continue
+        out.append(Finding("timeline", f"GPU {row['device']}: communication kernels run "
+                                       f"{row['communication_ns'] / 1e6:.1f} ms ({row['communication_share']:.0%} of "
+                                       "the span) with no compute kernel beside them: exposed, not overlapped.",
+                           (Evidence("exposed communication share", round(row["communication_share"], 3),
+                                     f">= {EXPOSED_SHARE} (iotrace; HTA's communication-computation overlap)"),),
+                           "Overlap the collectives with compute: bucket gradients so all-reduce starts during the "
+                           "backward pass (DDP bucket_cap_mb), or prefetch (FSDP forward/backward prefetch); check "
+                           "for a slow rank the others wait for (iotrace report across the ranks).", "measured",
+                           rule=EXPOSED.id, gain=Gain(float(row["communication_share"]), float(row["span_ns"]),
+                                                      "exposed communication is the most overlap can hide")))
+    return out
+
+
+EXPOSED = Rule("comm-exposed", "timeline", f"communication kernels alone on the GPU for >= {EXPOSED_SHARE:.0%} of the "
+               "span", "HTA's communication-computation overlap (facebookresearch/HolisticTraceAnalysis)", _exposed,
+               scope="timeline")
+
+
+def _copy_share(facts: TimelineFacts) -> list[Finding]:
+    line = facts.line
     share = line.memcpy.get("share")
     if share is None or share <= MEMCPY_SHARE:
         return []
+    split = line.split
+    exposed = float(line.memcpy["copy_ns"]) if split is None else float(split.devices["copies_ns"].sum())
     return [Finding("timeline", f"Memory copies and sets take {share * 100:.0f}% of GPU busy time.",
                     (Evidence("copy share", round(share, 3), f"> {MEMCPY_SHARE}"),),
                     "Keep data on the device between steps; use pinned memory and async copies that overlap "
                     "kernels.", "measured", rule=COPY_SHARE.id,
-                    gain=Gain(float(share), float(line.memcpy["copy_ns"] + line.memcpy["kernel_ns"]),
-                              "removing every copy and set saves at most their time"))]
+                    gain=facts.gain(exposed, "removing every copy and set saves at most the time they run with no "
+                                             "kernel beside them"))]
 
 
 COPY_SHARE = Rule("copy-share", "timeline", f"copies and sets over {MEMCPY_SHARE:.0%} of GPU busy time",
@@ -52,7 +305,8 @@ COPY_SHARE = Rule("copy-share", "timeline", f"copies and sets over {MEMCPY_SHARE
                   scope="timeline")
 
 
-def _top_kernel(line: Timeline) -> list[Finding]:
+def _top_kernel(facts: TimelineFacts) -> list[Finding]:
+    line = facts.line
     if not len(line.top_kernels):
         return []
     first = line.top_kernels.iloc[0]
@@ -67,4 +321,5 @@ def _top_kernel(line: Timeline) -> list[Finding]:
 TOP_KERNEL = Rule("top-kernel", "timeline", "always: the kernel with the most GPU time", "Amdahl's law: it bounds "
                   "what tuning anything else can win", _top_kernel, scope="timeline")
 
-TIMELINE_RULES: tuple[Rule, ...] = (GPU_IDLE, COPY_SHARE, TOP_KERNEL)
+TIMELINE_RULES: tuple[Rule, ...] = (GPU_GAPS, GPU_UTIL, PAGEABLE, SYNC_MEMCPY, SYNC_MEMSET, SYNC_API,
+                                    LAUNCH_BOUND, EXPOSED, COPY_SHARE, TOP_KERNEL)

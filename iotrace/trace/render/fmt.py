@@ -71,7 +71,8 @@ def gain_text(finding: Any) -> str:
         return "gain not estimated"
     if gain.ns is None:
         return f"saves up to {gain.fraction:.0%} of its time"
-    return f"saves up to {duration(gain.ns)} ({gain.fraction:.0%} of its {duration(gain.of_ns)})"
+    whole = f"its {duration(gain.of_ns)}" if finding.kernel_id is not None else f"the {duration(gain.of_ns)} span"
+    return f"saves up to {duration(gain.ns)} ({gain.fraction:.0%} of {whole})"
 
 
 def finding_where(finding: Any) -> str:

@@ -165,6 +165,18 @@ def _range_rooflines(report: Report) -> list[str]:
 OP_HEADERS = ("op", "shapes", "dtype", "calls", "kernel time", "FLOP/byte", "achieved", "% of attainable", "bound")
 
 
+def _where_time_goes(report: Report) -> str:
+    split = None if report.timeline is None else report.timeline.split
+    if split is None:
+        return ""
+    rows = [_row(["GPU", "span", "compute", "communication", "copies and sets", "idle"], header=True)]
+    rows += [_row([e(r["device"]), e(duration(r["span_ns"])), e(pct(r["compute_share"] * 100)),
+                   e(pct(r["communication_share"] * 100)), e(pct(r["copies_share"] * 100)),
+                   e(pct(r["idle_share"] * 100))], name_first=False) for r in split.devices.to_dict("records")]
+    return ("<h2>Where the time goes (measured; each instant counted once: compute, then communication not hidden "
+            "under compute, then copies and sets)</h2><table>" + "".join(rows) + "</table>")
+
+
 def _stored(report: Report) -> str:
     """Nsight Compute's stored global estimates, ranked across the file; nothing where the file has none."""
     stored = report.stored_ranked()
@@ -191,7 +203,8 @@ def report_html(report: Report) -> str:
             f"({e(meta.get('tool'))}, version {e(meta.get('version') or 'not stated')})<br>card: "
             f"{e(report.card.name if report.card else 'none')} — {e(report.card_source)}<br>counts: "
             f"{e(counts_text(report.counts))}</p>",
-            f"<h2>{e(_top_title(report))}</h2>", _findings(report.findings) or "<p>none</p>", _stored(report),
+            _where_time_goes(report), f"<h2>{e(_top_title(report))}</h2>", _findings(report.findings) or "<p>none</p>",
+            _stored(report),
             f"<h2>{e(report.kernels_title())}</h2>", _kernel_table(report), "<h2>Figures</h2>"]
     for n, (name, fig) in enumerate(figures(report)):
         body.append(f'<div class="figure" id="{e(name)}">'

@@ -49,6 +49,18 @@ def _findings(findings: list[Finding]) -> list[str]:
     return [*out, ""]
 
 
+def _where_time_goes(report: Report) -> list[str]:
+    split = None if report.timeline is None else report.timeline.split
+    if split is None:
+        return []
+    rows = [[str(r["device"]), duration(r["span_ns"]), pct(r["compute_share"] * 100),
+             pct(r["communication_share"] * 100), pct(r["copies_share"] * 100), pct(r["idle_share"] * 100)]
+            for r in split.devices.to_dict("records")]
+    return ["## Where the time goes (measured; each instant counted once: compute, then communication not hidden "
+            "under compute, then copies and sets)", "",
+            *_table(["GPU", "span", "compute", "communication", "copies and sets", "idle"], rows)]
+
+
 def _top_findings(report: Report) -> list[str]:
     shown, total = len(report.findings), max(report.findings_total, len(report.findings))
     more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
@@ -97,7 +109,7 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
     lines = ["# iotrace report", "", f"{md(meta.get('source'))} — {md(meta.get('format'))} ({md(meta.get('tool'))}, "
              f"version {md(meta.get('version') or 'not stated')}); card: "
              f"{md(report.card.name if report.card else 'none')} ({md(report.card_source)})", "",
-             f"Counts: {md(counts_text(report.counts))}", "", *_top_findings(report)]
+             f"Counts: {md(counts_text(report.counts))}", "", *_where_time_goes(report), *_top_findings(report)]
     rows = []
     for k in report.kernels:
         occ = k.occupancy

@@ -190,6 +190,24 @@ def _findings(console: Console, findings: list[Finding], title: str = "Findings"
             console.print("     evidence: " + escape("; ".join(e.text() for e in f.evidence)), style="dim")
 
 
+def _where_time_goes(console: Console, report: Report) -> None:
+    """The span of each device split into compute, exposed communication, copies and idle, and its busiest streams."""
+    split = None if report.timeline is None else report.timeline.split
+    if split is None:
+        return
+    console.print()
+    console.print("[bold]Where the time goes[/] (measured; each instant counted once: compute, then communication "
+                  "not hidden under compute, then copies and sets)")
+    for row in split.devices.to_dict("records"):
+        streams = split.streams[split.streams["device"] == row["device"]].head(3)
+        busiest = ", ".join(f"{'?' if r['stream'] is None or r['stream'] != r['stream'] else int(r['stream'])} "
+                            f"{pct(r['share'] * 100, 0)}" for r in streams.to_dict("records"))
+        console.print(f"  GPU {row['device']}: span {duration(row['span_ns'])} = compute "
+                      f"{pct(row['compute_share'] * 100)}, communication {pct(row['communication_share'] * 100)}, "
+                      f"copies and sets {pct(row['copies_share'] * 100)}, idle {pct(row['idle_share'] * 100)}; "
+                      f"busiest streams {busiest}")
+
+
 def _top_findings(console: Console, report: Report) -> None:
     shown, total = len(report.findings), max(report.findings_total, len(report.findings))
     more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
@@ -258,10 +276,18 @@ def _timeline(console: Console, report: Report) -> None:
     if memcpy.get("share") is not None:
         console.print(f"  copies: {duration(memcpy['copy_ns'])} vs kernels {duration(memcpy['kernel_ns'])} "
                       f"({pct(memcpy['share'] * 100)} of GPU busy time)")
-    if line.launch_latency is not None:
+    split = line.launches
+    if split is not None:
+        console.print(f"  launches: the API call {duration(split.api['median_ns'])} median over {split.api['count']}; "
+                      f"queueing behind other work {duration(split.queueing['median_ns'])} median "
+                      f"({split.queueing['count']} launches, not a cost in itself); launch latency on an idle GPU "
+                      f"{duration(split.latency['median_ns'])} median ({split.latency['count']} launches, "
+                      f"{duration(split.latency['total_ns'])} in all)")
+    elif line.launch_latency is not None:
         lat = line.launch_latency
-        console.print(f"  launch latency (API call → kernel start): median {duration(lat['median'])}, p90 "
-                      f"{duration(lat['p90'])}, max {duration(lat['max'])} over {lat['count']} launches")
+        console.print(f"  API call start → kernel start (call, queueing and latency together): median "
+                      f"{duration(lat['median'])}, p90 {duration(lat['p90'])}, max {duration(lat['max'])} over "
+                      f"{lat['count']} launches")
     graphs = line.graph_launches
     if graphs is not None:
         of = "" if graphs.graphs is None else f" of {graphs.graphs} graph{'s' * (graphs.graphs != 1)}"
@@ -352,6 +378,7 @@ def _source_lines(console: Console, report: Report, detailed: set[int]) -> None:
 def print_report(console: Console, report: Report, details: int = DETAILS) -> None:
     """The whole report: header, kernel summary, the top kernels in detail, timeline, findings, what is missing."""
     _header(console, report)
+    _where_time_goes(console, report)
     _top_findings(console, report)
     console.print()
     if report.kernels:

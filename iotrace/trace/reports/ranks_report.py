@@ -32,15 +32,13 @@ import pandas as pd
 
 from iotrace.trace.ranks import RankSet
 from iotrace.trace.reports.records import Evidence, Finding
+from iotrace.trace.reports.time_split import COMM_KERNEL, comm_mask, union_ns
 from iotrace.trace.reports.timeline import IDLE_SHARE, _busy_intervals, _gaps
 from iotrace.trace.tables import GPU_RANGE_DOMAINS, TraceTables
 
 __all__ = ["COMM_KERNEL", "MAD_Z", "STRAGGLER_FLOOR", "STRAGGLER_RULE", "RankReport", "StragglerTest", "comm_mask",
            "outliers", "rank_report", "spans", "union_ns"]
 
-#: NCCL's (and RCCL's) kernel names: ``ncclKernel_AllReduce_RING_LL_Sum_float`` (NCCL < 2.19) and
-#: ``ncclDevKernel_...`` (NCCL >= 2.19). HTA's is_comm_kernel (hta/utils/utils.py) matches the same names.
-COMM_KERNEL = re.compile(r"nccl(?:Dev)?Kernel")
 #: The modified z-score cut-off of Iglewicz and Hoaglin, z_i = 0.6745 (x_i - median) / MAD > 3.5 (NIST/SEMATECH
 #: e-Handbook of Statistical Methods, section 1.3.5.17 "Detection of Outliers").
 MAD_Z = 3.5
@@ -68,30 +66,6 @@ _TESTS: tuple[tuple[str, str, dict[str, str]], ...] = (
 )
 #: The (metric, side) whose outlier is not the straggler itself but a rank held up by one.
 _WAITING = frozenset({("NCCL kernel time", "high")})
-
-
-def comm_mask(names: pd.Series) -> pd.Series:
-    """True where a kernel name is a communication (NCCL/RCCL) kernel; see :data:`COMM_KERNEL`."""
-    return names.fillna("").astype(str).str.contains(COMM_KERNEL)
-
-
-def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [start, end) as disjoint sorted intervals."""
-    if not len(starts):
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], np.maximum.accumulate(ends[order])
-    # A new interval begins where a start lies past every end before it.
-    new = np.concatenate(([True], starts[1:] > ends[:-1]))
-    first = np.flatnonzero(new)
-    last = np.concatenate((first[1:] - 1, [len(starts) - 1]))
-    return starts[first], ends[last]
-
-
-def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
-    """The length of the union of intervals [start, end), in their unit."""
-    lo, hi = _merged(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
-    return int((hi - lo).sum())
 
 
 @dataclass(frozen=True)

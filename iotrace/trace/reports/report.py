@@ -15,7 +15,15 @@ import pandas as pd
 
 from iotrace.cards import Card
 from iotrace.errors import InvalidValueError
-from iotrace.trace.findings import FileFacts, KernelFacts, evaluate, evaluate_file, evaluate_timeline, rank
+from iotrace.trace.findings import (
+    FileFacts,
+    KernelFacts,
+    TimelineFacts,
+    evaluate,
+    evaluate_file,
+    evaluate_timeline,
+    rank,
+)
 from iotrace.trace.info import smem_columns, smem_text
 from iotrace.trace.reports.launch_groups import group_launches, group_metrics, unprofiled
 from iotrace.trace.reports.metricview import MetricView
@@ -429,7 +437,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     if timed or not tables.ranges.empty:
         line = timeline(tables)
         missing += line.unavailable
-        findings += evaluate_timeline(line)
+        findings += evaluate_timeline(TimelineFacts(line, tables))
     configs = _select(tables, kernel, False)[0] if each_launch else None
     findings += evaluate_file(FileFacts(every, dict(tables.meta), configs))
     ranked = rank(findings)

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from iotrace.trace.reports.records import Unavailable
+from iotrace.trace.reports.time_split import LaunchSplit, TimeSplit, launch_split, time_split
 from iotrace.trace.tables import GPU_RANGE_DOMAINS, TraceTables
 
 __all__ = ["IDLE_SHARE", "MEMCPY_SHARE", "GraphLaunches", "Timeline", "timeline"]
@@ -72,12 +73,18 @@ class Timeline:
     memcpy: dict[str, Any]
     unavailable: list[Unavailable] = field(default_factory=list)
     graph_launches: GraphLaunches | None = None
+    #: Where the time goes per device and stream, and each launch split into call, queueing and launch latency
+    #: (:mod:`iotrace.trace.reports.time_split`); None where the trace lacks what they need.
+    split: TimeSplit | None = None
+    launches: LaunchSplit | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"top_kernels": self.top_kernels.to_dict("records"), "ranges": self.ranges.to_dict("records"),
                 "idle": self.idle.to_dict("records"), "gaps": self.gaps.to_dict("records"),
                 "launch_latency_ns": self.launch_latency, "memcpy": self.memcpy,
-                "graph_launches": None if self.graph_launches is None else self.graph_launches.to_dict()}
+                "graph_launches": None if self.graph_launches is None else self.graph_launches.to_dict(),
+                "split": None if self.split is None else self.split.to_dict(),
+                "launches": None if self.launches is None else self.launches.to_dict()}
 
 
 def _busy_intervals(tables: TraceTables) -> pd.DataFrame:
@@ -207,4 +214,5 @@ def timeline(tables: TraceTables, top: int = 10) -> Timeline:
                .sort_values("total_ns", ascending=False).reset_index().to_dict("records")) if len(transfers) else []
     memcpy = {"copy_ns": copy_ns, "kernel_ns": kernel_ns,
               "share": copy_ns / (copy_ns + kernel_ns) if copy_ns + kernel_ns > 0 else None, "by_kind": by_kind}
-    return Timeline(top_kernels, ranges, gaps, idle, latency, memcpy, missing, graphs)
+    return Timeline(top_kernels, ranges, gaps, idle, latency, memcpy, missing, graphs, time_split(tables),
+                    launch_split(tables))
