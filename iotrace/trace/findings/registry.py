@@ -37,8 +37,20 @@ def evaluate_file(facts: FileFacts) -> list[Finding]:
     return [f for r in RULES if r.scope == "file" for f in r.check(facts)]
 
 
-def evaluate_timeline(facts: TimelineFacts) -> list[Finding]:
-    return [f for r in RULES if r.scope == "timeline" for f in r.check(facts)]
+def evaluate_timeline(facts: TimelineFacts) -> tuple[list[Finding], list[str]]:
+    """The timeline rules' findings, and one line for each rule that could not run (which data it lacks)."""
+    findings: list[Finding] = []
+    not_run: dict[str, list[str]] = {}  # reason -> the rules it stopped, so each reason is said once
+    for r in RULES:
+        if r.scope != "timeline":
+            continue
+        missing = None if r.requires is None else r.requires(facts)
+        if missing is not None:
+            not_run.setdefault(missing, []).append(r.id)
+            continue
+        findings += r.check(facts)
+    return findings, [f"rule{'s' * (len(ids) > 1)} {', '.join(ids)} could not run: {reason}"
+                      for reason, ids in not_run.items()]
 
 
 def rule_table() -> Iterable[dict[str, str]]:

@@ -26,6 +26,8 @@ class Rule:
     source: str
     check: Callable[[Any], Sequence[Finding]]
     scope: str = "kernel"
+    #: Why the rule cannot run on these facts (the data it needs is absent), or None where it can.
+    requires: Callable[[Any], str | None] | None = None
 
 
 def finding(rule: Rule, facts: KernelFacts, text: str, evidence: Sequence[Evidence], try_next: str, *,

@@ -58,6 +58,29 @@ class TimelineFacts:
         return Gain(min(1.0, saved_ns / span), span, reasoning) if span else Gain(1.0, saved_ns, reasoning)
 
 
+RUNTIME_CALLS = ("the trace holds no CUDA runtime calls (nsys profile --trace=cuda records them; torch.profiler with "
+                 "ProfilerActivity.CPU and ProfilerActivity.CUDA)")
+
+
+def _needs_calls(facts: TimelineFacts) -> str | None:
+    return RUNTIME_CALLS if _api(facts).empty else None
+
+
+def _needs_memory_kinds(facts: TimelineFacts) -> str | None:
+    copies = facts.tables.transfers
+    if copies.empty:
+        return None  # no copy to check: the rule has nothing to say, and nothing is missing
+    if "src_kind" not in copies or not (copies["src_kind"].notna() | copies["dst_kind"].notna()).any():
+        return "the trace does not name its copies' host memory (pageable or pinned)"
+    return None
+
+
+def _needs_launch_times(facts: TimelineFacts) -> str | None:
+    if facts.line.launches is None and len(facts.tables.kernels):
+        return "the trace keeps no launch call start and end per kernel (nsys --trace=cuda; torch.profiler)"
+    return None
+
+
 def _api(facts: TimelineFacts) -> pd.DataFrame:
     calls = getattr(facts.tables, "api_calls", None)
     return pd.DataFrame() if calls is None else calls
@@ -177,7 +200,8 @@ def _pageable(facts: TimelineFacts) -> list[Finding]:
 
 
 PAGEABLE = Rule("pageable-memcpy", "timeline", "an asynchronous memcpy whose host side is pageable memory",
-                f"nsys cuda_memcpy_async rule ({NSYS_RULES})", _pageable, scope="timeline")
+                f"nsys cuda_memcpy_async rule ({NSYS_RULES})", _pageable, scope="timeline",
+                requires=_needs_memory_kinds)
 
 
 def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str):
@@ -207,16 +231,18 @@ SYNC_MEMCPY = Rule("sync-memcpy", "timeline", "a synchronous (non-Async) memcpy 
                    f"({NSYS_RULES})", _sync_calls("memcpy", "sync-memcpy", "cuda_memcpy_sync",
                                                   "Use cudaMemcpyAsync on a stream with pinned host memory (PyTorch: "
                                                   ".to(device, non_blocking=True) from pinned tensors), so the host "
-                                                  "does not wait for the copy."), scope="timeline")
+                                                  "does not wait for the copy."), scope="timeline",
+                   requires=_needs_calls)
 SYNC_MEMSET = Rule("sync-memset", "timeline", "a synchronous (non-Async) memset call", f"nsys cuda_memset_sync rule "
                    f"({NSYS_RULES})", _sync_calls("memset", "sync-memset", "cuda_memset_sync",
-                                                  "Use cudaMemsetAsync on the work's stream."), scope="timeline")
+                                                  "Use cudaMemsetAsync on the work's stream."), scope="timeline",
+                   requires=_needs_calls)
 SYNC_API = Rule("sync-api", "timeline", "a call that blocks the host until the GPU finishes (device, stream or event "
                 "synchronize, stream wait)", f"nsys cuda_api_sync rule ({NSYS_RULES})",
                 _sync_calls("sync", "sync-api", "cuda_api_sync",
                             "Synchronise only where the host needs a result (in PyTorch, .item(), .cpu() and "
                             "printing a tensor synchronise); use events between streams instead of a device-wide "
-                            "synchronize."), scope="timeline")
+                            "synchronize."), scope="timeline", requires=_needs_calls)
 
 
 def _launch_bound(facts: TimelineFacts) -> list[Finding]:
@@ -256,7 +282,8 @@ def _launch_bound(facts: TimelineFacts) -> list[Finding]:
 
 LAUNCH_BOUND = Rule("launch-bound", "timeline", f"{LAUNCH_BOUND_RUN} or more consecutive kernels, each shorter than "
                     "its launch API call", "HTA kernel-launch overhead analysis (facebookresearch/"
-                    "HolisticTraceAnalysis); the run length is iotrace's", _launch_bound, scope="timeline")
+                    "HolisticTraceAnalysis); the run length is iotrace's", _launch_bound, scope="timeline",
+                    requires=_needs_launch_times)
 
 
 def _exposed(facts: TimelineFacts) -> list[Finding]:

@@ -384,7 +384,9 @@ def print_report(console: Console, report: Report, details: int = DETAILS) -> No
     if report.kernels:
         _summary(console, report)
     else:
-        console.print("  no kernels in this trace")
+        gap = next((n for n in report.notes if n.startswith(("GPU activity was not captured",
+                                                            "the export has no CUDA trace"))), None)
+        console.print("  no kernels in this trace" + (f": {escape(gap)}" if gap else ""))
     for k in report.kernels[:details]:
         _kernel_detail(console, report, k)
     if len(report.kernels) > details:

@@ -25,6 +25,7 @@ from iotrace.trace.findings import (
     rank,
 )
 from iotrace.trace.info import smem_columns, smem_text
+from iotrace.trace.reports.capture_gaps import capture_gaps
 from iotrace.trace.reports.launch_groups import group_launches, group_metrics, unprofiled
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.ncu_rules import StoredRule, rules_status, stored_rules
@@ -432,16 +433,18 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
                 roof_rows.append({"kernel_id": kid, "kernel": name, "basis": point.basis, "flops": point.flops,
                                   "duration_ns": point.duration_ns, **vars(level), "bound": point.bound,
                                   "pct_of_attainable": point.pct_of_attainable})
-    line = None
+    line, not_run = None, []
     timed = tables.kernels["start_ns"].notna().any() and tables.kernels["end_ns"].notna().any()
     if timed or not tables.ranges.empty:
         line = timeline(tables)
         missing += line.unavailable
-        findings += evaluate_timeline(TimelineFacts(line, tables))
+        timeline_findings, not_run = evaluate_timeline(TimelineFacts(line, tables))
+        findings += timeline_findings
     configs = _select(tables, kernel, False)[0] if each_launch else None
     findings += evaluate_file(FileFacts(every, dict(tables.meta), configs))
     ranked = rank(findings)
     notes = list(tables.meta.get("notes", [])) + plugins.notes
+    notes += capture_gaps(tables) + (not_run if line is not None else [])
     status = rules_status(tables) if tables.meta.get("format") == "ncu-rep" else None
     if status is not None and status not in notes:
         notes.append(status)
