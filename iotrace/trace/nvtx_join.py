@@ -79,7 +79,11 @@ def innermost(nesting: Nesting, call_threads: np.ndarray, call_times: np.ndarray
         if thread == -1:
             continue
         members = usable[nesting.threads[usable] == thread]
-        members = members[np.argsort(nesting.starts[members], kind="stable")]
+        # Ranges that start together (Kineto's microsecond timestamps make that common) in nesting order, outer
+        # first: the last one started at or before a call is then the deepest, and every range enclosing the call
+        # is it or one of its ancestors. By start alone (file order among equals) a call could land in the outer
+        # one and miss the inner.
+        members = members[np.lexsort((nesting.depth[members], nesting.starts[members]))]
         which = np.flatnonzero(call_threads == thread)
         if not len(which):
             continue

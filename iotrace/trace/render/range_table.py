@@ -10,12 +10,15 @@ from iotrace.trace.reports.range_roofline import INCLUSIVE, RangeRooflines
 
 __all__ = ["HEADERS", "TERMINAL", "cells", "legend"]
 
-HEADERS = ("range", "depth", "calls", "launches", "kernel time", "self", "share", "FLOPs", "bytes", "covers",
-           "FLOP/s", "B/s", "% attainable", "occupancy")
+#: "kernel time" (and launches) count nested ranges' kernels, "self" only those launched directly in the range
+#: (reports/range_kernels.py); the timeline's "time per NVTX range" labels its kernel time the same way.
+HEADERS = ("range", "depth", "calls", "launches", "kernel time (incl.)", "self (excl.)", "share", "FLOPs", "bytes",
+           "covers", "FLOP/s", "B/s", "% attainable", "occupancy")
 #: The columns that fit a 100-column terminal: (short header, the width its cells need: "5.57TFLOP/s",
-#: "100.0% th.").
-TERMINAL = {"range": ("range", 12), "depth": ("depth", 5), "launches": ("launches", 8), "kernel time": ("time", 7),
-            "self": ("self", 7), "FLOP/s": ("FLOP/s", 11), "% attainable": ("attain.", 7), "occupancy": ("occ.", 10)}
+#: "100.0% th."). The table's title says "inclusive".
+TERMINAL = {"range": ("range", 12), "depth": ("depth", 5), "launches": ("launches", 8),
+            "kernel time (incl.)": ("incl.", 7), "self (excl.)": ("self", 7), "FLOP/s": ("FLOP/s", 11),
+            "% attainable": ("attain.", 7), "occupancy": ("occ.", 10)}
 
 #: Short tags for the occupancy cell; :func:`legend` spells each one out.
 _OCCUPANCY_TAGS = (("achieved", "ach."), ("estimated", "est."), ("theoretical", "th."))

@@ -253,7 +253,7 @@ def _timeline(console: Console, report: Report) -> None:
         console.print(table)
     if len(line.ranges):
         table = _table("Time per NVTX range")
-        for col, width in (("range", 20), ("count", 5), ("wall", 9), ("kernel time", 11)):
+        for col, width in (("range", 20), ("count", 5), ("wall", 9), ("kernel time (incl.)", 11)):
             _column(console, table, col, justify="left" if col == "range" else "right",
                     ratio=1 if col == "range" else None, overflow="ellipsis", no_wrap=True, min_width=width)
         for row in line.ranges.to_dict("records"):

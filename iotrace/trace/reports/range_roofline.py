@@ -2,11 +2,13 @@
 achieved against attainable on the card, and occupancy — the kernel breakdown by annotation range that HTA users ask
 for (facebookresearch/HolisticTraceAnalysis issue #180).
 
-A kernel belongs to the ranges open on its launching thread when the launching call began (``kernels.nvtx_range_id``,
-the innermost one, joined in :mod:`iotrace.trace.nvtx_join`) and to every range enclosing that one: rows are
-*inclusive*, and a range name that nests inside itself counts each kernel once. ``self_ns`` is the time of the
-kernels launched directly inside the range. Ranges are grouped by name, as the timeline's "time per NVTX range"
-groups them; kernels outside every range make one ``(no range)`` row, so in-range time plus it is the trace's.
+A kernel belongs to every range open on its launching thread when the launching call began, by the one join the
+timeline's "time per NVTX range" uses too (:func:`iotrace.trace.reports.range_kernels.range_kernels`, which cites
+Nsight Systems' NVTX GPU projection and PyTorch's profiler for the rule), so the two tables give a range the same
+kernel time: ``kernel_ns`` and ``launches`` are *inclusive* of nested ranges, and a range name that nests inside
+itself counts each kernel once; ``self_ns`` is *exclusive*, the time of the kernels launched directly inside the
+range. Ranges are grouped by name, as the timeline groups them; kernels outside every range make one ``(no range)``
+row, so in-range time plus it is the trace's.
 
 FLOPs and bytes per kernel come, best first, from the file's counters (the kernel roofline's reading of them,
 :func:`~iotrace.trace.reports.roofline.roofline_point`), from a kernel plugin's cost model (``--plugin`` with
@@ -30,8 +32,8 @@ from iotrace.trace.nvtx_join import PATH_SEPARATOR
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.occupancy import ESTIMATED, occupancy_row
 from iotrace.trace.reports.op_roofline import op_cost
+from iotrace.trace.reports.range_kernels import range_kernels
 from iotrace.trace.reports.roofline import roofline_point
-from iotrace.trace.tables import GPU_RANGE_DOMAINS
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -111,43 +113,39 @@ def range_rooflines(tables: TraceTables, card: Card | None, *, view: MetricView 
     :param ceilings: as :func:`~iotrace.trace.reports.roofline.roofline_point` takes it, for counted kernels.
     :param plugin_models: kernel id → plugin cost model (:func:`plugin_models_by_launch`).
     """
-    ranges = tables.ranges
-    ranges = ranges[~ranges["domain"].isin(GPU_RANGE_DOMAINS)].reset_index(drop=True)
+    join = range_kernels(tables)
+    ranges = join.ranges
     kernels = tables.kernels
     if ranges.empty or kernels.empty:
         return None
     view = view if view is not None else MetricView(tables.metrics)
     per = _kernel_values(tables, card, view, ceilings, plugin_models or {})
-    ids = pd.Index(ranges["id"].to_numpy(dtype=np.int64))
-    parent = ids.get_indexer(ranges["parent_id"].fillna(-1).astype("int64").to_numpy())
-    names = ranges["name"].astype("object").to_numpy()
-    codes, uniques = pd.factorize(names, use_na_sentinel=False)
-    home = ids.get_indexer(kernels["nvtx_range_id"].fillna(-1).astype("int64").to_numpy())  # -1: no range
-    kern, inst = _ancestry(home, parent)
-    group = codes[inst]
-    # A name nested in itself (recursion, repeated NVTX pushes) counts each kernel once.
-    keep = ~pd.DataFrame({"k": kern, "g": group}).duplicated().to_numpy()
+    codes, home, uniques = join.codes, join.home, join.names
+    # Each kernel once per name (a name nested in itself counts a kernel once), and the kernels outside every range.
+    kern, group = join.name_pairs()
     outside = np.flatnonzero(home < 0)
     no_range = len(uniques)
-    pairs = pd.DataFrame({"kernel": np.concatenate([kern[keep], outside]),
-                          "group": np.concatenate([group[keep], np.full(len(outside), no_range)])})
+    pairs = pd.DataFrame({"kernel": np.concatenate([kern, outside]),
+                          "group": np.concatenate([group, np.full(len(outside), no_range)])})
     rows = _aggregate(pairs, per)
-    self_ns = pd.Series(per["dur"][home >= 0]).groupby(codes[home[home >= 0]]).sum(min_count=1)
+    # Kernel time, launches and self time per name straight from the shared join: the timeline's table takes them
+    # from there too.
+    times = join.times(per["dur"], per["launches"])
     durations = per["dur"]
     total = float(np.nansum(durations)) if (~np.isnan(durations)).any() else None
     inside = durations[home >= 0]
     in_ranges = float(np.nansum(inside)) if (~np.isnan(inside)).any() else None
-    structure = _structure(ranges, codes, parent, names, kern, inst, per["dur"])
+    structure = _structure(ranges, codes, join.parent, ranges["name"].astype("object").to_numpy(), join.kernel,
+                           join.instance, per["dur"])
     out = []
     for g, row in rows.items():
         if g == no_range:
             label = {"range": NO_RANGE, "path": None, "paths": None, "depth": None, "depth_max": None, "calls": None,
                      "self_ns": row["kernel_ns"]}
         else:
-            # No kernel launched directly in a range that has timed kernels is a measured 0, not a missing value.
-            own = _float(self_ns.get(g))
-            label = {"range": str(uniques[g]), **structure[g],
-                     "self_ns": own if own is not None or row["kernel_ns"] is None else 0.0}
+            shared = times.loc[g]
+            row = {**row, "kernel_ns": _float(shared["kernel_ns"]), "launches": int(shared["launches"])}
+            label = {"range": str(uniques[g]), **structure[g], "self_ns": _float(shared["self_ns"])}
         out.append(_row(label, row, total, per["reasons"]))
     frame = pd.DataFrame(out, columns=RANGE_COLUMNS)
     frame = frame.astype({c: "Int64" for c in ("paths", "depth", "depth_max", "calls")})
@@ -165,22 +163,6 @@ def range_rooflines(tables: TraceTables, card: Card | None, *, view: MetricView 
         notes.append(f"{int((ranges['kind'] == 'start/end').sum())} start/end ranges are not joined to kernels: "
                      "they do not nest on a thread")
     return RangeRooflines(frame.reset_index(drop=True), len(named), top, total, in_ranges, tuple(notes))
-
-
-def _ancestry(home: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(kernel position, range position) for each kernel and every range enclosing its innermost one: a walk up the
-    parents, vectorised over kernels, as long as the deepest nesting."""
-    kern_parts, inst_parts = [], []
-    which = np.flatnonzero(home >= 0)
-    current = home[which]
-    while len(which):
-        kern_parts.append(which)
-        inst_parts.append(current)
-        up = parent[current]
-        which, current = which[up >= 0], up[up >= 0]
-    if not kern_parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(kern_parts), np.concatenate(inst_parts)
 
 
 def _structure(ranges: pd.DataFrame, codes: np.ndarray, parent: np.ndarray, names: np.ndarray, kern: np.ndarray,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from iotrace.trace.reports.range_kernels import range_kernels
 from iotrace.trace.reports.records import Unavailable
 from iotrace.trace.reports.time_split import LaunchSplit, TimeSplit, launch_split, time_split
 from iotrace.trace.tables import GPU_RANGE_DOMAINS, TraceTables
@@ -127,25 +128,34 @@ def _gaps(busy: pd.DataFrame, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _ranges(tables: TraceTables, top: int) -> pd.DataFrame:
-    """Time per range name. A GPU mirror of a CPU range (Kineto's ``gpu_user_annotation``) is left out where the
-    CPU ranges are there, so a range is counted once (as :meth:`TraceTables.counts` counts them)."""
+    """Time per range name: ``count`` and wall time ``total_ns``, then the kernels launched inside the name's ranges,
+    by the join the per-range rooflines use too (:func:`~iotrace.trace.reports.range_kernels.range_kernels`): the
+    same kernel time per range in both tables. ``kernel_ns`` and ``kernels`` (launches) are *inclusive* of nested
+    ranges, each kernel once per name; ``self_kernel_ns`` is *exclusive*, the kernels launched directly inside.
+
+    A GPU mirror of a CPU range (Kineto's ``gpu_user_annotation``) is left out where the CPU ranges are there, so a
+    range is counted once (as :meth:`TraceTables.counts` counts them); listed alone, it holds no kernels (the join
+    goes through the launching thread). Kernel time is a measured 0 for a range that launched none where the
+    trace's kernels carry their launching call (``launch_ns``), and missing where none does."""
     ranges = tables.ranges.dropna(subset=["duration_ns"])
     cpu = ranges[~ranges["domain"].isin(GPU_RANGE_DOMAINS)]
     if len(cpu):
         ranges = cpu
-    columns = ["name", "count", "total_ns", "kernel_ns", "kernels"]
+    columns = ["name", "count", "total_ns", "kernel_ns", "kernels", "self_kernel_ns"]
     if ranges.empty:
         return pd.DataFrame(columns=columns)
     table = ranges.groupby("name", sort=False).agg(count=("id", "size"), total_ns=("duration_ns", "sum"))
-    kernels = tables.kernels.dropna(subset=["nvtx_range_id"])
-    if len(kernels):
-        names = ranges.set_index("id")["name"]
-        owner = kernels["nvtx_range_id"].astype("int64").map(names)
-        per = kernels.assign(range_name=owner.to_numpy()).groupby("range_name").agg(
-            kernel_ns=("duration_ns", "sum"), kernels=("launches", "sum"))
-        table = table.join(per, how="left")
-    else:
-        table["kernel_ns"], table["kernels"] = np.nan, 0
+    kernels = tables.kernels
+    join = range_kernels(tables)
+    times = join.times(kernels["duration_ns"].to_numpy(dtype=np.float64, na_value=np.nan),
+                       kernels["launches"].to_numpy(dtype=np.int64))
+    per = pd.DataFrame({"kernel_ns": times["kernel_ns"].to_numpy(), "kernels": times["launches"].to_numpy(),
+                        "self_kernel_ns": times["self_ns"].to_numpy()},
+                       index=pd.Index(join.names[times.index.to_numpy(dtype=np.int64)], dtype=object))
+    table = table.join(per, how="left")
+    joined = len(cpu) > 0 and kernels["launch_ns"].notna().any() and kernels["duration_ns"].notna().any()
+    if joined:
+        table[["kernel_ns", "self_kernel_ns"]] = table[["kernel_ns", "self_kernel_ns"]].fillna(0.0)
     table["kernels"] = table["kernels"].fillna(0).astype("int64")
     return table.sort_values("total_ns", ascending=False).head(top).reset_index()[columns]
 
