@@ -18,7 +18,7 @@ import pytest
 from iotrace.trace import load
 from iotrace.trace.findings.timeline_rules import GAP_NS, LAUNCH_BOUND_RUN, UTIL_CHUNKS, UTIL_PCT
 from iotrace.trace.reports.report import Report, build_report
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, cli_in_process, write_kineto
 
 ALEXNET = "kineto/a100_pg509_alexnet_kineto_trace.json.gz"
 RTX4090 = "nsys/rtx4090_sumarray_pageable_zerocopy_nsys2023.3.sqlite"
@@ -27,6 +27,7 @@ CUTLASS = "nsys/a40_a100pcie_cutlass_gemm_nsys2023.2.sqlite"
 TRT = "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite"
 RANK0 = "kineto-ranks/rank-0.json.gz"
 NCCL = "kineto/a100_pg509_nccl_kineto.json.gz"
+RESNET = "kineto/v100_dgxs_resnet50_tbplugin_kineto.json.gz"
 
 
 @cache
@@ -210,3 +211,57 @@ def test_a_rule_without_its_data_says_so_once(corpus: Path) -> None:
     notes = [n for n in _report(RTX4090).notes if "could not run" in n]
     assert len(notes) == len(set(notes)) and all(n.startswith("rule") for n in notes)
     assert math.isfinite(_report(RTX4090).timeline.split.devices["span_ns"].iloc[0])
+
+
+def _sqlite_calls(path: Path) -> list[tuple[str, int]]:
+    """(name, duration) of every runtime call of an nsys export, names without CUPTI's _vNNNN suffix."""
+    with sqlite3.connect(path) as db:
+        rows = db.execute("select s.value, r.end - r.start from CUPTI_ACTIVITY_KIND_RUNTIME r join StringIds s "
+                          "on s.id = r.nameId").fetchall()
+    return [(name.split("_v")[0] if "_v" in name else name, dur) for name, dur in rows]
+
+
+SYNC_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
+              "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuStreamWaitEvent")
+
+
+def test_sync_rules_match_the_runtime_calls_read_with_sqlite(corpus: Path) -> None:
+    calls = _sqlite_calls(corpus / CLOVERLEAF)
+    sync = [d for n, d in calls if n in SYNC_NAMES]
+    [finding] = [f for f in _report(CLOVERLEAF).findings if f.rule == "sync-api"]
+    assert finding.evidence[0].value == len(sync) == 1312  # cudaDeviceSynchronize after every kernel
+    assert finding.gain.ns == pytest.approx(sum(sync))
+    memcpy = [d for n, d in _sqlite_calls(corpus / RTX4090) if n.startswith("cudaMemcpy") and "Async" not in n]
+    [copies] = [f for f in _report(RTX4090).findings if f.rule == "sync-memcpy"]
+    assert copies.evidence[0].value == len(memcpy) and copies.gain.ns == pytest.approx(sum(memcpy))
+    # The TensorRT run copies with cudaMemcpyAsync only: no synchronous-memcpy finding.
+    assert not [n for n, _ in _sqlite_calls(corpus / TRT) if n.startswith("cudaMemcpy") and "Async" not in n]
+    assert "sync-memcpy" not in [f.rule for f in _report(TRT).findings]
+
+
+def test_pageable_async_copies_match_the_events_read_with_json(corpus: Path) -> None:
+    events = _kineto_events(corpus / RESNET)
+    # This 2021 trace writes the older category names ("Runtime", "Memcpy" for cuda_runtime, gpu_memcpy).
+    async_ids = {e["args"]["correlation"] for e in events if e.get("cat") in ("cuda_runtime", "Runtime")
+                 and "Async" in e["name"] and "correlation" in e.get("args", {})}
+    pageable = [e for e in events if e.get("cat") in ("gpu_memcpy", "Memcpy") and "Pageable" in e["name"]
+                and e["args"].get("correlation") in async_ids]
+    [finding] = [f for f in _report(RESNET).findings if f.rule == "pageable-memcpy"]
+    assert finding.evidence[0].value == len(pageable) > 0
+    assert finding.gain.ns == pytest.approx(sum(e["dur"] * 1000 for e in pageable), rel=1e-6)
+    # The RTX 4090 run copies pageable memory with plain cudaMemcpy: the synchronous rule's, not this one's; the
+    # AlexNet run's pageable async copies take under 1% of its 12.9 s span (CALL_FLOOR): noise, not a finding.
+    assert "pageable-memcpy" not in [f.rule for f in _report(RTX4090).findings]
+    assert "pageable-memcpy" not in [f.rule for f in _report(ALEXNET).findings]
+
+
+def test_runtime_calls_without_gpu_activity_name_the_missing_capture(corpus: Path, tmp_path: Path) -> None:
+    events = [e for e in _kineto_events(corpus / ALEXNET)
+              if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")]
+    calls = sum(1 for e in events if e.get("cat") == "cuda_runtime")
+    path = write_kineto(tmp_path / "no_gpu.json", events)
+    report = build_report(load(path))
+    [line] = [n for n in report.notes if n.startswith("GPU activity was not captured")]
+    assert f"{calls} CUDA runtime calls" in line and "ProfilerActivity.CUDA" in line
+    code, out, _ = cli_in_process("report", str(path))
+    assert code == 0 and "no kernels in this trace: GPU activity was not captured" in out

@@ -568,15 +568,19 @@ def test_tensor_and_tiny_grid_reports_keep_every_launch(corpus: Path, name: str)
 
 @pytest.mark.parametrize("name", [n for n in NEWER_FILES if n.endswith(".sqlite")])
 def test_pageable_and_unified_memory_copies_match_sqlite(corpus: Path, name: str) -> None:
-    """Copies per CUPTI copyKind (1 HtoD, 2 DtoH, 11/12 unified-memory migrations) and their bytes, as in sqlite3."""
+    """Copies per CUPTI copyKind (1 HtoD, 2 DtoH, 11/12 unified-memory migrations: the export's
+    ENUM_CUDA_MEMCPY_OPER) and their bytes, as in sqlite3."""
+    named = {1: "memcpy HtoD", 2: "memcpy DtoH", 11: "memcpy HtoD (unified memory)",
+             12: "memcpy DtoH (unified memory)"}
     with sqlite3.connect(f"file:{corpus / name}?mode=ro&immutable=1", uri=True) as db:
-        want = {f"memcpy kind {kind}": (count, total) for kind, count, total in db.execute(
+        want = {named[kind]: (count, total) for kind, count, total in db.execute(
             "SELECT copyKind, count(*), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind")}
     copies = loaded(corpus, name).transfers.groupby("kind")["bytes"].agg(["count", "sum"])
     assert {kind: (int(row["count"]), int(row["sum"])) for kind, row in copies.iterrows()} == want
-    assert want == {"rtx4090": {"memcpy kind 1": (2, 134_217_728), "memcpy kind 2": (2, 134_217_728)},
-                    "gtx1650": {"memcpy kind 1": (2, 8_388_608), "memcpy kind 2": (1, 4_194_304)},
-                    "rtx4060laptop": {"memcpy kind 11": (48, 8_388_608), "memcpy kind 12": (24, 4_194_304)}}[
+    assert want == {"rtx4090": {"memcpy HtoD": (2, 134_217_728), "memcpy DtoH": (2, 134_217_728)},
+                    "gtx1650": {"memcpy HtoD": (2, 8_388_608), "memcpy DtoH": (1, 4_194_304)},
+                    "rtx4060laptop": {"memcpy HtoD (unified memory)": (48, 8_388_608),
+                                      "memcpy DtoH (unified memory)": (24, 4_194_304)}}[
         name.split("/")[1].split("_")[0]]
 
 

@@ -1,14 +1,15 @@
 """The one table model every trace format loads into: :class:`TraceTables`.
 
-Eight long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
+Nine long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
 with ``launches`` saying how many), ``metrics`` (kernel id, metric, unit, value), ``ranges`` (NVTX and
 annotation ranges), ``devices`` (what the file says about each GPU, with the matched CardBook card), ``transfers``
 (memory copies and sets), ``ops`` (CPU ops with input shapes, Kineto only; a kernel's ``op_id`` is the op open when
 it was launched), ``source_samples`` (PC-sampling stall samples per SASS address and reason, with the address's
 source line where the file maps it; Nsight Compute reports only), ``rules`` (Nsight Compute's own rule results, its
-"guided analysis", per launch; Nsight Compute reports only) and ``meta`` (source, format, tool, version, schema,
-notes). Columns a format does not carry are present and missing (``<NA>`` / NaN), never absent, so a report can rely
-on the names below.
+"guided analysis", per launch; Nsight Compute reports only), ``api_calls`` (the host's CUDA runtime and driver
+API calls, named and sorted into kinds; timelines only: Nsight Systems, Kineto) and ``meta`` (source, format, tool,
+version, schema, notes). Columns a format does not carry are present and missing (``<NA>`` / NaN), never absent, so
+a report can rely on the names below.
 
 :func:`build` is the only way parsers make tables: it orders and types the columns and refuses values no real
 profiler writes (infinities, NaN where a number was given, negative durations, numbers beyond 64-bit), so a
@@ -33,9 +34,9 @@ from iotrace.trace.errors import TraceFormatError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEVICE_COLUMNS", "GPU_RANGE_DOMAINS", "KERNEL_COLUMNS", "METRIC_COLUMNS", "RANGE_COLUMNS",
-           "RULE_COLUMNS", "SOURCE_SAMPLE_COLUMNS", "TABLES", "TRANSFER_COLUMNS", "Column", "KernelTotal",
-           "TraceTables", "build", "graph_launch_count"]
+__all__ = ["API_CALL_COLUMNS", "API_CALL_KINDS", "DEVICE_COLUMNS", "GPU_RANGE_DOMAINS", "KERNEL_COLUMNS",
+           "METRIC_COLUMNS", "RANGE_COLUMNS", "RULE_COLUMNS", "SOURCE_SAMPLE_COLUMNS", "TABLES", "TRANSFER_COLUMNS",
+           "Column", "KernelTotal", "TraceTables", "build", "graph_launch_count"]
 
 # Column -> dtype. "Int64" is pandas' nullable integer (int64 values and a missing mask here): a missing value stays
 # missing instead of becoming a float.
@@ -91,9 +92,30 @@ RULE_COLUMNS: dict[str, str] = {
     "severity": "object", "title": "object", "message": "object", "focus_metrics": "object", "speedup": "float64",
     "speedup_type": "object",
 }
+#: Memory copies and sets. ``kind`` names the operation for a person ("memcpy HtoD", "memcpy DtoH (unified memory)",
+#: "memset"; Kineto: its event name, "Memcpy HtoD (Pageable -> Device)"). ``copy_kind`` is the direction: "HtoD",
+#: "DtoH", "DtoD", "HtoH" or "PtoP" (an array copy counts as the device copy it is; None for a set or where the file
+#: does not say); ``src_kind``/``dst_kind`` the memory on each side: "pageable", "pinned", "device", "managed",
+#: "array" or None where unknown (a set's memory is its ``dst_kind``). ``correlation_id`` is that of the API call that
+#: issued it (``api_calls.correlation_id``; a unified-memory migration has none). Names and enum sources:
+#: :mod:`iotrace.trace.formats.api_calls`.
 TRANSFER_COLUMNS: dict[str, str] = {
     "kind": "object", "device": "Int64", "stream": "Int64", "start_ns": "Int64", "end_ns": "Int64",
-    "duration_ns": "float64", "bytes": "Int64", "launches": "int64",
+    "duration_ns": "float64", "bytes": "Int64", "launches": "int64", "copy_kind": "object", "src_kind": "object",
+    "dst_kind": "object", "correlation_id": "Int64",
+}
+#: The values of ``api_calls.kind`` (None: a parser that does not sort its calls).
+API_CALL_KINDS: tuple[str, ...] = ("launch", "memcpy", "memset", "sync", "graph", "other")
+#: The host's CUDA runtime and driver API calls (nsys ``CUPTI_ACTIVITY_KIND_RUNTIME``; Kineto ``cuda_runtime`` and
+#: ``cuda_driver`` events), one row per call in start order. ``name`` is the call's name without CUPTI's version
+#: suffix ("cudaMemcpyAsync", not "cudaMemcpyAsync_v3020"); ``kind`` one of "launch", "memcpy", "memset", "sync",
+#: "graph", "other" (:data:`iotrace.trace.formats.api_calls.API_CALL_NAMES` lists which names are which);
+#: ``process``/``thread`` as the ranges table has them (nsys: the process id and the ``globalTid``; Kineto: pid and
+#: tid), so a call joins the ranges open on its thread; ``correlation_id`` ties it to the kernels, copies and sets
+#: it issued.
+API_CALL_COLUMNS: dict[str, str] = {
+    "id": "int64", "name": "object", "kind": "object", "start_ns": "Int64", "end_ns": "Int64",
+    "duration_ns": "float64", "process": "Int64", "thread": "Int64", "correlation_id": "Int64",
 }
 
 # Bounds on what a real export holds; beyond them the field is damaged (fuzzed, or a unit slipped).
@@ -108,7 +130,8 @@ GPU_RANGE_DOMAINS: frozenset[str] = frozenset({"gpu_user_annotation"})
 
 TABLES: dict[str, dict[str, str]] = {"kernels": KERNEL_COLUMNS, "metrics": METRIC_COLUMNS, "ranges": RANGE_COLUMNS,
                                      "devices": DEVICE_COLUMNS, "transfers": TRANSFER_COLUMNS, "ops": OP_COLUMNS,
-                                     "source_samples": SOURCE_SAMPLE_COLUMNS, "rules": RULE_COLUMNS}
+                                     "source_samples": SOURCE_SAMPLE_COLUMNS, "rules": RULE_COLUMNS,
+                                     "api_calls": API_CALL_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -182,6 +205,10 @@ class TraceTables:
     def rules(self) -> pd.DataFrame:
         return self.table("rules")
 
+    @property
+    def api_calls(self) -> pd.DataFrame:
+        return self.table("api_calls")
+
     def rows(self, name: str) -> int:
         """How many rows table ``name`` has."""
         if name in self._frames:
@@ -237,7 +264,8 @@ class TraceTables:
         copies and sets (operations: a summary row counts its calls); ``transfers``: every row of the transfers
         table as operations (memcpy + memset, and any other kind); ``devices``: devices the file describes;
         ``graph_launches``: CUDA graph launch calls that ran a traced kernel, and ``graph_kernels``: the kernel
-        launches they ran (see :func:`graph_launch_count`).
+        launches they ran (see :func:`graph_launch_count`); ``api_calls``: the host's CUDA API calls the trace
+        recorded (rows of the ``api_calls`` table).
         """
         launches = self.column("kernels", "launches")
         duration = self.column("kernels", "duration_ns")
@@ -253,7 +281,8 @@ class TraceTables:
                 "memcpy": memcpy, "memset": memset, "transfers": int(ops.sum()), "devices": self.rows("devices"),
                 "graph_launches": graph_launch_count(self.column("kernels", "graph_launch_id"),
                                                      self.column("kernels", "launch_ns")),
-                "graph_kernels": int(launches[~np.isnan(self.column("kernels", "graph_launch_id"))].sum())}
+                "graph_kernels": int(launches[~np.isnan(self.column("kernels", "graph_launch_id"))].sum()),
+                "api_calls": self.rows("api_calls")}
 
 
 def graph_launch_count(launch_id: np.ndarray, launch_ns: np.ndarray) -> int:
@@ -270,7 +299,7 @@ def graph_launch_count(launch_id: np.ndarray, launch_ns: np.ndarray) -> int:
 
 def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any = None, devices: Any = None,
           transfers: Any = None, ops: Any = None, source_samples: Any = None, rules: Any = None,
-          meta: dict[str, Any]) -> TraceTables:
+          api_calls: Any = None, meta: dict[str, Any]) -> TraceTables:
     """Conform each table to its columns and types and check every number; raise rather than return bad data.
 
     Each table argument is a DataFrame, a list of row dicts, or a dict of columns (lists, numpy arrays or
@@ -278,7 +307,7 @@ def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any =
     without pandas.
     """
     given = {"kernels": kernels, "metrics": metrics, "ranges": ranges, "devices": devices, "transfers": transfers,
-             "ops": ops, "source_samples": source_samples, "rules": rules}
+             "ops": ops, "source_samples": source_samples, "rules": rules, "api_calls": api_calls}
     columns = {name: _conform(path, name, given[name], spec) for name, spec in TABLES.items()}
     ids = np.sort(columns["kernels"]["id"].values)  # sort and searchsorted: np.unique/isin import numpy.ma
     if (ids[1:] == ids[:-1]).any():
@@ -291,6 +320,10 @@ def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any =
         if stray.any():
             raise TraceFormatError(path, f"has {int(stray.sum())} {what} for kernels it does not hold",
                                    "the file is damaged")
+    strays = set(columns["api_calls"]["kind"].values.tolist()) - {*API_CALL_KINDS, None}
+    if strays:
+        raise TraceFormatError(path, f"has API calls of kind {sorted(map(str, strays))[0]!r}, none of "
+                                     f"{', '.join(API_CALL_KINDS)}", "the reader is out of date or the file damaged")
     meta = {"source": str(path), **meta}
     meta.setdefault("notes", [])
     return TraceTables(columns, meta)
@@ -336,7 +369,17 @@ def _missing(value: Any) -> bool:
 def _strings(values: Any) -> Column:
     if hasattr(values, "notna"):  # a Series: pandas' own missing values (NA, NaT, NaN) become None
         return Column(values.astype("object").where(values.notna(), None).to_numpy())
-    return Column(np.fromiter((None if _missing(v) else v for v in values), dtype=object, count=len(values)))
+    out = np.fromiter(values, dtype=object, count=len(values))
+    try:
+        # Only a NaN differs from itself: numpy compares the column in one C loop, and just those few values are
+        # looked at in Python (a per-value generator costs ~10x more on a 20,000-row column).
+        suspects = np.flatnonzero(np.asarray(out != out, dtype=bool)).tolist()
+    except (TypeError, ValueError):  # a value whose != is not a bool (an array, pandas.NA): look at each one
+        suspects = range(len(out))
+    for i in suspects:
+        if _missing(out[i]):
+            out[i] = None
+    return Column(out)
 
 
 def _numbers(path: Path, table: str, column: str, values: Any, dtype: str) -> Column:

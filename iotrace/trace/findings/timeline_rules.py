@@ -35,6 +35,9 @@ UTIL_PCT, UTIL_CHUNKS = 50.0, 30
 LAUNCH_BOUND_RUN = 3
 #: Exposed communication (NCCL time no compute kernel hides) flagged from this share of the span (iotrace's cut-off).
 EXPOSED_SHARE = 0.05
+#: Synchronous calls and pageable copies are findings from this share of the span: nsys lists every one, but a few
+#: microseconds of a long trace are noise beside the other findings (iotrace's cut-off).
+CALL_FLOOR = 0.01
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,8 @@ def _pageable(facts: TimelineFacts) -> list[Finding]:
     if pageable.empty:
         return []
     total = float(pageable["duration_ns"].sum())
+    if facts.span_ns and total / facts.span_ns < CALL_FLOOR:
+        return []
     size = pageable["bytes"].sum(min_count=1)
     return [Finding("timeline", f"{len(pageable)} asynchronous cop{'ies' if len(pageable) != 1 else 'y'} to or from "
                                 f"pageable host memory ({'' if pd.isna(size) else f'{int(size):,} B, '}"
@@ -199,7 +204,8 @@ def _pageable(facts: TimelineFacts) -> list[Finding]:
                     rule=PAGEABLE.id, gain=facts.gain(total, "the copies' time is the most pinning can save"))]
 
 
-PAGEABLE = Rule("pageable-memcpy", "timeline", "an asynchronous memcpy whose host side is pageable memory",
+PAGEABLE = Rule("pageable-memcpy", "timeline", "asynchronous memcpys whose host side is pageable memory, >= "
+                f"{CALL_FLOOR:.0%} of the span",
                 f"nsys cuda_memcpy_async rule ({NSYS_RULES})", _pageable, scope="timeline",
                 requires=_needs_memory_kinds)
 
@@ -215,6 +221,8 @@ def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str):
         if mine.empty:
             return []
         total = float(mine["duration_ns"].sum())
+        if facts.span_ns and total / facts.span_ns < CALL_FLOOR:
+            return []
         names = ", ".join(f"{n} ×{c}" for n, c in mine["name"].value_counts().head(3).items())
         what = {"memcpy": "synchronous memcpy", "memset": "synchronous memset", "sync": "synchronization"}[kind]
         return [Finding("timeline", f"{len(mine)} {what} call{'s' * (len(mine) != 1)} ({names}) held the host "
@@ -227,18 +235,21 @@ def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str):
     return check
 
 
-SYNC_MEMCPY = Rule("sync-memcpy", "timeline", "a synchronous (non-Async) memcpy call", f"nsys cuda_memcpy_sync rule "
+SYNC_MEMCPY = Rule("sync-memcpy", "timeline", f"synchronous (non-Async) memcpy calls holding the host >= "
+                   f"{CALL_FLOOR:.0%} of the span", f"nsys cuda_memcpy_sync rule "
                    f"({NSYS_RULES})", _sync_calls("memcpy", "sync-memcpy", "cuda_memcpy_sync",
                                                   "Use cudaMemcpyAsync on a stream with pinned host memory (PyTorch: "
                                                   ".to(device, non_blocking=True) from pinned tensors), so the host "
                                                   "does not wait for the copy."), scope="timeline",
                    requires=_needs_calls)
-SYNC_MEMSET = Rule("sync-memset", "timeline", "a synchronous (non-Async) memset call", f"nsys cuda_memset_sync rule "
+SYNC_MEMSET = Rule("sync-memset", "timeline", f"synchronous (non-Async) memset calls holding the host >= "
+                   f"{CALL_FLOOR:.0%} of the span", f"nsys cuda_memset_sync rule "
                    f"({NSYS_RULES})", _sync_calls("memset", "sync-memset", "cuda_memset_sync",
                                                   "Use cudaMemsetAsync on the work's stream."), scope="timeline",
                    requires=_needs_calls)
-SYNC_API = Rule("sync-api", "timeline", "a call that blocks the host until the GPU finishes (device, stream or event "
-                "synchronize, stream wait)", f"nsys cuda_api_sync rule ({NSYS_RULES})",
+SYNC_API = Rule("sync-api", "timeline", "calls that block the host until the GPU finishes (device, stream or event "
+                f"synchronize, stream wait), >= {CALL_FLOOR:.0%} of the span",
+                f"nsys cuda_api_sync rule ({NSYS_RULES})",
                 _sync_calls("sync", "sync-api", "cuda_api_sync",
                             "Synchronise only where the host needs a result (in PyTorch, .item(), .cpu() and "
                             "printing a tensor synchronise); use events between streams instead of a device-wide "

@@ -10,6 +10,10 @@ Both schemas are read through the field maps in ``iotrace/data/trace_fields.toml
 - ROCm (roctracer) kernel events carry no registers, grid or occupancy: those columns stay missing, with a note.
 - A kernel a CUDA graph ran shares the correlation id of the ``cudaGraphLaunch`` call (``cuda_runtime``) that ran
   it: that id is its ``graph_launch_id``; Kineto records no graph or node id, so those stay missing.
+- ``cuda_runtime`` and ``cuda_driver`` events (``Runtime`` in the 2021 schema) are the ``api_calls`` table, named
+  and sorted into kinds by :mod:`iotrace.trace.formats.api_calls`; the same events join kernels to their launch.
+- Copies and sets keep their event name as ``kind`` ("Memcpy HtoD (Pageable -> Device)"); their direction and memory
+  kinds are read from it (:func:`iotrace.trace.formats.api_calls.kineto_transfer`).
 - Ranges are ``user_annotation`` events (``record_function`` and profiler steps) on CPU threads, joined to kernels
   through the launching ``cuda_runtime`` call's correlation id; ``gpu_user_annotation`` ranges are kept unjoined.
 
@@ -36,7 +40,8 @@ from iotrace.trace.devices import vendor_of, with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
-from iotrace.trace.formats._common import graph_launch_calls, int_or_none, launch_columns, range_paths, us_to_ns
+from iotrace.trace.formats._common import int_or_none, launch_columns, range_paths, us_to_ns
+from iotrace.trace.formats.api_calls import classify_calls, kineto_transfer
 from iotrace.trace.parser import Head, read_bytes
 from iotrace.trace.tables import Column, TraceTables, build
 
@@ -201,13 +206,16 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     call_corr = np.array([_number(a.get("correlation")) for a in _arguments(call_events)], dtype=np.float64)
     call_thread = np.array([_thread(threads, e) for e in call_events], dtype=np.int64)
     call_time, call_duration = times[_RUNTIME]
+    call_end = _end(call_time, call_duration)
+    call_names, call_kinds = classify_calls([e.name for e in call_events])
     kernel_corr = np.array([_number(v) for v in kernels["correlation_id"]], dtype=np.float64)
     if len(call_events):
         # A graph's kernels carry the correlation id of the cudaGraphLaunch that ran them (Kineto writes no graph
         # or node id: CuptiActivity.cpp's kernel metadata), so the launch call says which kernels a graph ran.
-        launched = launch_columns(kernel_corr, start, call_corr, call_time, _end(call_time, call_duration).values,
-                                  graph_launch_calls([e.name for e in call_events]))
+        launched = launch_columns(kernel_corr, start, call_corr, call_time, call_end.values, call_kinds == "graph")
         kernels.update({name: Column(*values) for name, values in launched.items()})
+    api_calls = _api_calls(call_names, call_kinds, call_time, call_end, call_duration, call_corr, call_thread,
+                           threads)
 
     range_events = kept[_ANNOTATION]
     range_start, range_duration = times[_ANNOTATION]
@@ -237,10 +245,15 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     transfer_args = _arguments(transfer_events)
     transfer_start, transfer_duration = times[_TRANSFER]
     transfer_end = _end(transfer_start, transfer_duration)
-    transfers = {"kind": [e.name for e in transfer_events], "device": [a.get("device") for a in transfer_args],
+    transfer_names = [e.name for e in transfer_events]
+    # Names are strings (checked above); a trace holds a handful of distinct ones, each parsed once.
+    parsed = {name: kineto_transfer(name) for name in set(transfer_names)}
+    copies = list(zip(*map(parsed.__getitem__, transfer_names), strict=True)) or [[], [], []]
+    transfers = {"kind": transfer_names, "device": [a.get("device") for a in transfer_args],
                  "stream": [a.get("stream") for a in transfer_args], "duration_ns": transfer_duration,
                  "bytes": [a.get("bytes") for a in transfer_args], "start_ns": transfer_start,
-                 "end_ns": transfer_end}
+                 "end_ns": transfer_end, "copy_kind": copies[0], "src_kind": copies[1], "dst_kind": copies[2],
+                 "correlation_id": np.array([_number(a.get("correlation")) for a in transfer_args], dtype=np.float64)}
     del events, kept, kernel_events, call_events, range_events, transfer_events
 
     devices = _devices(doc, spec)
@@ -252,7 +265,26 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     return build(path, kernels=kernels, ranges=ranges, ops=ops,
                  metrics={"kernel_id": [m[0] for m in metrics], "metric": [m[1] for m in metrics],
                           "value": [m[2] for m in metrics]},
-                 transfers=transfers, devices=with_cards(devices, notes=notes), meta=meta)
+                 transfers=transfers, devices=with_cards(devices, notes=notes), api_calls=api_calls, meta=meta)
+
+
+def _api_calls(names: np.ndarray, kinds: np.ndarray, start: np.ndarray, end: Column, duration: np.ndarray,
+               corr: np.ndarray, thread: np.ndarray, threads: dict[tuple[str, str], int]) -> dict[str, Any]:
+    """The ``api_calls`` table of the runtime/driver events, in start order (stable: file order within a tick).
+
+    ``thread`` is each call's index into ``threads`` (:func:`_thread`): its pid and tid are read once per thread,
+    as the ranges table reads them (:func:`int_or_none`), not once per call."""
+    order = np.argsort(start, kind="stable")
+    ids = [(int_or_none(pid), int_or_none(tid)) for pid, tid in threads] or [(None, None)]
+    at = thread[order]
+    columns = {}
+    for column, side in (("process", 0), ("thread", 1)):
+        missing = np.array([pair[side] is None for pair in ids], dtype=bool)
+        values = np.array([pair[side] or 0 for pair in ids], dtype=np.int64)
+        columns[column] = Column(values[at], missing[at])
+    return {"id": np.arange(len(order), dtype=np.int64), "name": names[order], "kind": kinds[order],
+            "start_ns": start[order], "end_ns": Column(end.values[order], end.missing[order]),
+            "duration_ns": duration[order], "correlation_id": corr[order], **columns}
 
 
 def _ops(events: list[_Event], threads: dict[tuple[str, str], int], kernel_corr: np.ndarray, call_corr: np.ndarray,

@@ -16,6 +16,16 @@ Guide, "SQLite Schema Reference") where the export has those columns; CUPTI writ
 ran (CUPTI API reference, ``CUpti_ActivityKernel`` ``graphNodeId``/``graphId``), read as missing. Traced with
 ``--cuda-graph-trace=graph`` (nsys's default) a graph is one ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` row and its
 kernels are not in the kernel table; a note says so.
+
+API calls: ``CUPTI_ACTIVITY_KIND_RUNTIME`` holds the runtime's calls (``eventClass`` 0) and the driver's (1)
+(``ENUM_NSYS_EVENT_CLASS``: TRACE_PROCESS_EVENT_CUDA_RUNTIME, TRACE_PROCESS_EVENT_CUDA_DRIVER); it is read once, for
+the kernels' launch join and for the ``api_calls`` table. Nsight Systems 2022.2 also writes a second row, class 67
+(TRACE_PROCESS_EVENT_CUDABACKTRACE), for each call whose backtrace it collected, with the call's correlation id and
+the un-suffixed name: a copy of a call, left out of ``api_calls``.
+
+Copies: ``copyKind``, ``srcKind``/``dstKind`` (and a set's ``memKind``) are read through the export's own
+``ENUM_CUDA_MEMCPY_OPER`` and ``ENUM_CUDA_MEM_KIND`` tables, or, in an export without them, through the same
+numbering (:data:`iotrace.trace.formats.api_calls.NSYS_MEM_KIND` says why that is not CUPTI's for memory kinds).
 """
 
 from __future__ import annotations
@@ -26,18 +36,29 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from iotrace.trace.devices import with_cards
 from iotrace.trace.errors import TraceFormatError
 from iotrace.trace.fields import fields
 from iotrace.trace.formats import _sniff
-from iotrace.trace.formats._common import is_graph_launch, join_frames
+from iotrace.trace.formats._common import join_frames
+from iotrace.trace.formats.api_calls import (
+    NSYS_MEM_KIND,
+    NSYS_MEMCPY_OPER,
+    api_call_kind,
+    api_call_name,
+    copy_kind,
+    memory_kind,
+)
 from iotrace.trace.parser import Head
 from iotrace.trace.tables import TraceTables, build
 
 #: Graph columns of CUPTI_ACTIVITY_KIND_KERNEL, read where the schema has them (see the module docstring).
 _GRAPH_COLUMNS = {"graphNodeId": "graph_node_id", "graphId": "graph_id"}
+#: ``eventClass`` of a runtime-table row that copies a call to carry its backtrace (see the module docstring).
+_BACKTRACE_CLASS = 67
 
 
 class NsysSqliteParser(_sniff.NsysSqlite):
@@ -89,12 +110,13 @@ def read_database(db: sqlite3.Connection, path: Path) -> TraceTables:
         meta["notes"].append("no CUDA kernels were captured (no CUPTI_ACTIVITY_KIND_KERNEL table)")
     strings = _strings(db, path) if "StringIds" in tables else {}
     kernels = _kernels(db, tables, spec, strings, path)
-    ranges, calls = _ranges(db, tables, spec, strings)
+    ranges = _ranges(db, tables, spec, strings)
+    calls, api_calls = _runtime_calls(db, tables, strings)
     kernels, ranges = join_frames(kernels, ranges, calls)
     _note_whole_graphs(db, tables, meta["notes"])
     devices = _devices(db, tables, spec, meta["notes"])
-    return build(path, kernels=kernels, ranges=ranges, devices=devices, transfers=_transfers(db, tables, strings),
-                 meta=meta)
+    return build(path, kernels=kernels, ranges=ranges, devices=devices, transfers=_transfers(db, tables),
+                 api_calls=api_calls, meta=meta)
 
 
 def _meta(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any]) -> dict[str, Any]:
@@ -153,11 +175,9 @@ def _kernels(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any], str
     return kernels
 
 
-def _ranges(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any],
-            strings: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _ranges(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any], strings: pd.Series) -> pd.DataFrame:
     kinds = spec["nvtx_event_types"]
     ranges = pd.DataFrame(columns=["id", "name", "domain", "kind", "start_ns", "end_ns", "thread", "nests"])
-    calls = pd.DataFrame(columns=["correlation_id", "thread", "time_ns"])
     if "NVTX_EVENTS" in tables:
         have = _columns(db, "NVTX_EVENTS")
         text_id = "textId" if "textId" in have else "NULL"
@@ -180,24 +200,63 @@ def _ranges(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any],
             "thread": events["globalTid"], "nests": events["eventType"] == kinds["push_pop"],
         })
         # globalTid packs pid and tid (Nsight Systems User Guide: GlobalId = ... pid << 24 | tid): keep both.
-        tid = pd.to_numeric(events["globalTid"], errors="coerce")
-        ranges["process"] = (tid // (1 << 24)) % (1 << 24)
+        ranges["process"] = _process(events["globalTid"])
+    return ranges
+
+
+def _process(global_tid: pd.Series) -> pd.Series:
+    """The process id in a ``globalTid`` (Nsight Systems User Guide: GlobalId = ... pid << 24 | tid)."""
+    tid = pd.to_numeric(global_tid, errors="coerce")
+    return (tid // (1 << 24)) % (1 << 24)
+
+
+def _floats(values: pd.Series | np.ndarray) -> np.ndarray:
+    """A column read from SQLite as float64, NaN where NULL or not a number (numpy alone for a numeric column)."""
+    if values.dtype in (np.int64, np.float64):
+        return np.asarray(values, dtype=np.float64)
+    return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _runtime_calls(db: sqlite3.Connection, tables: set[str],
+                   strings: pd.Series) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+    """CUPTI_ACTIVITY_KIND_RUNTIME read once: the calls the kernels are joined through (every row, as
+    :func:`join_frames` takes them) and the ``api_calls`` table (without backtrace copies, in start order).
+
+    Column work is numpy on the read frame: a pandas operation costs ~0.1 ms whatever the size, as much as reading
+    a few hundred rows."""
+    calls = pd.DataFrame(columns=["correlation_id", "thread", "time_ns"])
     have = _columns(db, "CUPTI_ACTIVITY_KIND_RUNTIME") if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables else set()
-    if have:
-        end = "end" if "end" in have else "NULL"
-        name = "nameId" if "nameId" in have else "NULL"
-        calls = pd.read_sql_query(f"SELECT correlationId AS correlation_id, globalTid AS thread, start AS time_ns, "
-                                  f"{end} AS end_ns, {name} AS name_id FROM CUPTI_ACTIVITY_KIND_RUNTIME", db)
-        calls["graph"] = calls["name_id"].isin(_graph_launch_names(strings, calls["name_id"]))
-        calls = calls.drop(columns=["name_id"])
-    return ranges, calls
-
-
-def _graph_launch_names(strings: pd.Series, name_ids: pd.Series) -> list[Any]:
-    """The StringIds ids, among ``name_ids``, that name a CUDA graph launch call (each distinct id looked up once)."""
-    ids = pd.unique(name_ids.dropna())
-    names = _lookup(strings, pd.Series(ids, dtype="object"))
-    return [i for i, n in zip(ids, names, strict=True) if isinstance(n, str) and is_graph_launch(n)]
+    if not have:
+        return calls, None
+    end = "end" if "end" in have else "NULL"
+    name = "nameId" if "nameId" in have else "NULL"
+    # Only an export with backtrace copies pays for reading their flag (SQLite answers EXISTS without Python).
+    copies = "eventClass" in have and db.execute(f"SELECT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                                                 f"WHERE eventClass = {_BACKTRACE_CLASS})").fetchone()[0]
+    flag = f", eventClass = {_BACKTRACE_CLASS} AS backtrace" if copies else ""
+    calls = pd.read_sql_query(f"SELECT correlationId AS correlation_id, globalTid AS thread, start AS time_ns, "
+                              f"{end} AS end_ns, {name} AS name_id{flag} FROM CUPTI_ACTIVITY_KIND_RUNTIME", db)
+    # Each distinct name id is looked up and classified once; rows index the results by their id's position.
+    ids = pd.unique(calls["name_id"].dropna())
+    raw = [*_lookup(strings, pd.Series(ids, dtype="object")).tolist(), None]  # the last: no name id
+    names = np.array([api_call_name(n) if isinstance(n, str) else None for n in raw], dtype=object)
+    kinds = np.array([api_call_kind(n) if isinstance(n, str) else "other" for n in raw], dtype=object)
+    code = calls["name_id"].map(dict(zip(ids.tolist(), range(len(ids)), strict=True))).to_numpy(
+        dtype=np.float64, na_value=np.nan)
+    code = np.where(np.isnan(code), len(ids), code).astype(np.int64)
+    calls["graph"] = kinds[code] == "graph"
+    start = _floats(calls["time_ns"])
+    exact = calls["time_ns"].to_numpy() if calls["time_ns"].dtype == np.int64 else np.nan_to_num(start)
+    order = np.arange(len(calls)) if not copies else np.flatnonzero(calls["backtrace"].to_numpy() != 1)
+    if np.isnan(start[order]).any() or (np.diff(exact[order]) < 0).any():  # nsys writes them in start order
+        order = order[np.lexsort((exact[order], np.isnan(start[order])))]  # by start (stable), no start last
+    column = {key: calls[key].to_numpy()[order] for key in ("time_ns", "end_ns", "thread", "correlation_id")}
+    duration = _floats(calls["end_ns"])[order] - start[order]
+    api_calls = {"id": np.arange(len(order), dtype=np.int64), "name": names[code[order]],
+                 "kind": kinds[code[order]], "start_ns": column["time_ns"], "end_ns": column["end_ns"],
+                 "duration_ns": duration, "process": (_floats(column["thread"]) // (1 << 24)) % (1 << 24),
+                 "thread": column["thread"], "correlation_id": column["correlation_id"]}
+    return calls.drop(columns=["name_id", *(["backtrace"] if copies else [])]), api_calls
 
 
 def _note_whole_graphs(db: sqlite3.Connection, tables: set[str], notes: list[str]) -> None:
@@ -243,19 +302,64 @@ def _devices(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any], not
     return [row if "card" in row else next(cuda) for row in rows]
 
 
-def _transfers(db: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
-    frames = []
-    for table, kind in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
+def _enum_words(db: sqlite3.Connection, tables: set[str], table: str, default: tuple[str, ...]) -> dict[int, str]:
+    """An nsys ENUM table as id -> the word after ``KIND_`` (``CUDA_MEMCPY_KIND_UVM_HTOD`` -> UVM_HTOD), or the
+    export-less ``default`` numbering (:data:`NSYS_MEMCPY_OPER`, :data:`NSYS_MEM_KIND`)."""
+    if table in tables and {"id", "name"} <= _columns(db, table):
+        return {i: str(name).split("KIND_", 1)[-1] for i, name in db.execute(f"SELECT id, name FROM {table}")
+                if type(i) is int and 0 <= i < 1024}
+    return dict(enumerate(default))
+
+
+def _decode(codes: pd.Series, table: dict[int, Any], absent: Any = None) -> np.ndarray:
+    """Per row, ``table[code]`` (``absent`` for NULL and for a code the table lacks), by indexing a lookup array."""
+    values = pd.to_numeric(codes, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    size = max(table, default=-1) + 1
+    lookup = np.array([*(table.get(i, absent) for i in range(size)), absent], dtype=object)
+    known = (values >= 0) & (values < size) & (values == np.floor(values))  # False for NaN
+    return lookup[np.where(known, np.nan_to_num(values), size).astype(np.int64)]
+
+
+def _transfers(db: sqlite3.Connection, tables: set[str]) -> dict[str, np.ndarray] | None:
+    """Copies and sets, each copy named by its direction ("memcpy DtoH"; one of no known kind keeps its number,
+    "memcpy kind 14"), with its direction, memory kinds and correlation id (see the module docstring). Handed to
+    :func:`build` as numpy columns, which it conforms without pandas' per-column cost."""
+    parts = []
+    opers = _enum_words(db, tables, "ENUM_CUDA_MEMCPY_OPER", NSYS_MEMCPY_OPER)
+    memory = {i: memory_kind(word) for i, word in _enum_words(db, tables, "ENUM_CUDA_MEM_KIND", NSYS_MEM_KIND).items()}
+    # Per copy kind: (transfers.kind, copy_kind, whether a unified-memory migration).
+    named = {i: (f"memcpy {label}" if label else f"memcpy kind {i}", direction, word.startswith("UVM_"))
+             for i, word in opers.items() for direction, label in [copy_kind(word)]}
+    for table, kind, sides in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy", ("srcKind", "dstKind")),
+                               ("CUPTI_ACTIVITY_KIND_MEMSET", "memset", (None, "memKind"))):
         if table not in tables:
             continue
         have = _columns(db, table)
         if not {"start", "end", "bytes"} <= have:
             continue
-        copy_kind = "copyKind" if "copyKind" in have else "NULL"
+        src, dst = (side if side in have else "NULL" for side in sides)
+        oper = "copyKind" if kind == "memcpy" and "copyKind" in have else "NULL"
+        correlation = "correlationId" if "correlationId" in have else "NULL"
         frame = pd.read_sql_query(f"SELECT start AS start_ns, end AS end_ns, deviceId AS device, streamId AS stream, "
-                                  f"bytes, {copy_kind} AS copy_kind FROM {table}", db)
-        frame["kind"] = kind if copy_kind == "NULL" else kind + " kind " + frame["copy_kind"].astype("string")
-        frame["duration_ns"] = frame["end_ns"] - frame["start_ns"]
-        frames.append(frame.drop(columns=["copy_kind"]))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
+                                  f"bytes, {oper} AS copy_kind, {src} AS src_kind, {dst} AS dst_kind, "
+                                  f"NULLIF({correlation}, 0) AS correlation_id FROM {table}", db)
+        columns = {name: frame[name].to_numpy() for name in ("start_ns", "end_ns", "device", "stream", "bytes",
+                                                             "correlation_id")}
+        columns["duration_ns"] = (frame["end_ns"] - frame["start_ns"]).to_numpy()
+        src_kind, dst_kind = _decode(frame["src_kind"], memory), _decode(frame["dst_kind"], memory)
+        if oper == "NULL":
+            columns["kind"], columns["copy_kind"] = np.full(len(frame), kind, dtype=object), np.full(len(frame), None)
+        else:
+            number = pd.to_numeric(frame["copy_kind"], errors="coerce")
+            label = _decode(number, {i: entry[0] for i, entry in named.items()})
+            unknown = np.flatnonzero(pd.isna(label))  # a number no table names
+            label[unknown] = [f"memcpy kind {n:.0f}" if n == n else "memcpy" for n in number.to_numpy()[unknown]]
+            columns["kind"] = label
+            columns["copy_kind"] = _decode(number, {i: entry[1] for i, entry in named.items()})
+            # A unified-memory migration moves a managed allocation's pages; nsys writes its sides as unknown.
+            unified = _decode(number, {i: entry[2] for i, entry in named.items()}, False).astype(bool)
+            src_kind = np.where(unified & pd.isna(src_kind), "managed", src_kind)
+            dst_kind = np.where(unified & pd.isna(dst_kind), "managed", dst_kind)
+        columns["src_kind"], columns["dst_kind"] = src_kind, dst_kind
+        parts.append(columns)
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]} if parts else None
