@@ -265,3 +265,18 @@ def test_runtime_calls_without_gpu_activity_name_the_missing_capture(corpus: Pat
     assert f"{calls} CUDA runtime calls" in line and "ProfilerActivity.CUDA" in line
     code, out, _ = cli_in_process("report", str(path))
     assert code == 0 and "no kernels in this trace: GPU activity was not captured" in out
+
+
+def test_copies_by_kind_and_memory_match_sqlite(corpus: Path) -> None:
+    """The RTX 4090 run's pageable copies, grouped here through the export's own enum tables."""
+    with sqlite3.connect(corpus / RTX4090) as db:
+        rows = db.execute("select o.label, s.label, d.label, count(*), sum(m.end - m.start), sum(m.bytes) "
+                          "from CUPTI_ACTIVITY_KIND_MEMCPY m join ENUM_CUDA_MEMCPY_OPER o on o.id = m.copyKind "
+                          "join ENUM_CUDA_MEM_KIND s on s.id = m.srcKind join ENUM_CUDA_MEM_KIND d "
+                          "on d.id = m.dstKind group by 1, 2, 3").fetchall()
+    expected = {(src.lower(), dst.lower()): (n, t, b) for _, src, dst, n, t, b in rows}
+    by_kind = _report(RTX4090).timeline.memcpy["by_kind"]
+    got = {(r["src_kind"], r["dst_kind"]): (r["count"], r["total_ns"], r["bytes"]) for r in by_kind}
+    assert got == expected and ("pageable", "device") in got
+    for r in by_kind:
+        assert r["bandwidth_gbs"] == pytest.approx(r["bytes"] / r["total_ns"])

@@ -276,6 +276,16 @@ def _timeline(console: Console, report: Report) -> None:
     if memcpy.get("share") is not None:
         console.print(f"  copies: {duration(memcpy['copy_ns'])} vs kernels {duration(memcpy['kernel_ns'])} "
                       f"({pct(memcpy['share'] * 100)} of GPU busy time)")
+    if memcpy.get("by_kind"):
+        table = _table("Copies and sets by kind and memory (measured; GB/s = bytes / their time; the CardBook states "
+                       "no PCIe/NVLink ceiling)")
+        for col in ("kind", "memory", "count", "time", "bytes", "GB/s"):
+            _column(console, table, col, justify="left" if col in ("kind", "memory") else "right", no_wrap=True)
+        for row in memcpy["by_kind"][:8]:
+            memory = " → ".join(str(row[k]) for k in ("src_kind", "dst_kind") if row.get(k)) or "—"
+            table.add_row(escape(str(row["kind"])), escape(memory), str(int(row["count"])), duration(row["total_ns"]),
+                          bytes_(row["bytes"]), num(row["bandwidth_gbs"]))
+        console.print(table)
     split = line.launches
     if split is not None:
         console.print(f"  launches: the API call {duration(split.api['median_ns'])} median over {split.api['count']}; "

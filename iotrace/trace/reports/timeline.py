@@ -190,6 +190,21 @@ def _graph_launches(kernels: pd.DataFrame) -> GraphLaunches | None:
         first_kernel_latency_ns=float(first.astype("float64").median()) if len(first) else None)
 
 
+def _copies_by_kind(transfers: pd.DataFrame) -> list[dict[str, Any]]:
+    """Copies and sets per kind and memory kinds (pageable, pinned, device, managed where the export names them),
+    with their achieved bandwidth: bytes over their summed time (bytes per ns is GB/s). The CardBook states no
+    host-link (PCIe, NVLink) bandwidth, so no ceiling is set beside it."""
+    if transfers.empty:
+        return []
+    keys = ["kind", *[c for c in ("src_kind", "dst_kind") if c in transfers]]
+    table = (transfers.groupby(keys, dropna=False, sort=False)
+             .agg(count=("launches", "sum"), total_ns=("duration_ns", "sum"), bytes=("bytes", "sum"))
+             .sort_values("total_ns", ascending=False).reset_index())
+    table["bandwidth_gbs"] = (table["bytes"].astype("float64") / table["total_ns"].where(table["total_ns"] > 0))
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+            for row in table.to_dict("records")]
+
+
 def timeline(tables: TraceTables, top: int = 10) -> Timeline:
     """The timeline tables of a trace; parts the trace cannot support come back as :class:`Unavailable`."""
     missing: list[Unavailable] = []
@@ -219,9 +234,7 @@ def timeline(tables: TraceTables, top: int = 10) -> Timeline:
     transfers = tables.transfers.dropna(subset=["duration_ns"])
     copy_ns = float(transfers["duration_ns"].sum())
     kernel_ns = float(tables.kernels["duration_ns"].sum(min_count=1) or 0.0)
-    by_kind = (transfers.groupby("kind").agg(count=("launches", "sum"), total_ns=("duration_ns", "sum"),
-                                             bytes=("bytes", "sum"))
-               .sort_values("total_ns", ascending=False).reset_index().to_dict("records")) if len(transfers) else []
+    by_kind = _copies_by_kind(transfers)
     memcpy = {"copy_ns": copy_ns, "kernel_ns": kernel_ns,
               "share": copy_ns / (copy_ns + kernel_ns) if copy_ns + kernel_ns > 0 else None, "by_kind": by_kind}
     return Timeline(top_kernels, ranges, gaps, idle, latency, memcpy, missing, graphs, time_split(tables),
