@@ -19,7 +19,7 @@ import pandas as pd
 
 from iotrace.trace.findings.rule import Rule
 from iotrace.trace.reports.records import Evidence, Finding, Gain
-from iotrace.trace.reports.time_split import merge, union_ns
+from iotrace.trace.reports.time_split import union_ns
 from iotrace.trace.reports.timeline import MEMCPY_SHARE, Timeline
 from iotrace.trace.tables import TraceTables
 
@@ -54,6 +54,11 @@ class TimelineFacts:
         if split is None or split.devices.empty:
             return None
         return float(split.devices["span_ns"].max()) or None
+
+    @property
+    def busy(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per device, its GPU operations as disjoint sorted busy intervals (:attr:`TimeSplit.busy`)."""
+        return {} if self.line.split is None else self.line.split.busy
 
     def gain(self, saved_ns: float, reasoning: str) -> Gain:
         """``saved_ns`` as a share of the span (the whole saving where the trace has no span)."""
@@ -110,8 +115,7 @@ def _cpu_during(facts: TimelineFacts, start: int, end: int) -> str:
 
 def _gpu_gaps(facts: TimelineFacts) -> list[Finding]:
     out = []
-    busy = _busy(facts.tables)
-    for device, (s, e) in busy.items():
+    for device, (s, e) in facts.busy.items():
         gap = s[1:] - e[:-1]
         long = np.flatnonzero(gap >= GAP_NS)
         if not len(long):
@@ -135,21 +139,9 @@ GPU_GAPS = Rule("gpu-gaps", "timeline", f"a GPU idle for {GAP_NS / 1e6:.0f} ms o
                 "first and last GPU operation", f"nsys gpu_gaps rule ({NSYS_RULES})", _gpu_gaps, scope="timeline")
 
 
-def _busy(tables: TraceTables) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Per device, its GPU operations (kernels, copies, sets) as disjoint sorted busy intervals."""
-    out = {}
-    parts = [frame.dropna(subset=["start_ns", "end_ns"]) for frame in (tables.kernels, tables.transfers)]
-    frame = pd.concat([p[["device", "start_ns", "end_ns"]] for p in parts if len(p)], ignore_index=True) \
-        if any(len(p) for p in parts) else pd.DataFrame(columns=["device", "start_ns", "end_ns"])
-    for device, group in frame.groupby(frame["device"].fillna(-1).astype("int64"), sort=True):
-        out[int(device)] = merge(group["start_ns"].astype("int64").to_numpy(),
-                                 group["end_ns"].astype("int64").to_numpy())
-    return out
-
-
 def _gpu_util(facts: TimelineFacts) -> list[Finding]:
     out = []
-    for device, (s, e) in _busy(facts.tables).items():
+    for device, (s, e) in facts.busy.items():
         span = int(e[-1] - s[0]) if len(s) else 0
         if span <= 0:
             continue

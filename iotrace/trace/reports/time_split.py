@@ -69,6 +69,9 @@ class TimeSplit:
 
     devices: pd.DataFrame
     streams: pd.DataFrame
+    #: Per device, its GPU operations as disjoint sorted busy intervals (starts, ends): the union the split, the
+    #: launch split and the timeline rules all stand on, computed once.
+    busy: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"devices": self.devices.to_dict("records"), "streams": self.streams.to_dict("records")}
@@ -101,11 +104,13 @@ def time_split(tables: TraceTables) -> TimeSplit | None:
     if spans.empty:
         return None
     rows, stream_rows = [], []
+    runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for device, group in spans.groupby("device", sort=True):
         start, end = int(group["start"].min()), int(group["end"].max())
         span = end - start
-        covered = {}
-        for upto in range(1, 4):  # covered by compute; compute or communication; any of the three
+        runs[int(device)] = merge(group["start"].to_numpy(), group["end"].to_numpy())
+        covered = {3: int((runs[int(device)][1] - runs[int(device)][0]).sum())}  # any of the three
+        for upto in range(1, 3):  # covered by compute; by compute or communication
             chosen = group[group["category"].isin(CATEGORIES[:upto])]
             covered[upto] = union_ns(chosen["start"].to_numpy(), chosen["end"].to_numpy())
         parts = {"compute_ns": covered[1], "communication_ns": covered[2] - covered[1],
@@ -119,7 +124,7 @@ def time_split(tables: TraceTables) -> TimeSplit | None:
                                 "operations": len(lane)})
     streams = pd.DataFrame(stream_rows).sort_values(["device", "busy_ns"], ascending=[True, False],
                                                      kind="stable").reset_index(drop=True)
-    return TimeSplit(pd.DataFrame(rows), streams)
+    return TimeSplit(pd.DataFrame(rows), streams, runs)
 
 
 @dataclass(frozen=True)
@@ -145,26 +150,28 @@ def _stats(values: np.ndarray) -> dict[str, float]:
             "p90_ns": float(np.quantile(values, 0.9))}
 
 
-def launch_split(tables: TraceTables) -> LaunchSplit | None:
+def launch_split(tables: TraceTables, busy: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+                 ) -> LaunchSplit | None:
     """The launch split of every kernel launched directly (a CUDA graph's kernels share one launch call), or None
     where the trace does not record the launching calls' start and end. A kernel that started on an idle device waited
     launch latency from the later of its call's end and the device's last work; the rest of any wait is queueing
-    behind other work."""
+    behind other work. ``busy`` is :attr:`TimeSplit.busy` where the caller has it (else it is computed here)."""
     kernels = tables.kernels
     need = ["start_ns", "end_ns", "launch_ns", "launch_end_ns"]
     timed = kernels.dropna(subset=need)
     timed = timed[timed["graph_launch_id"].isna()]
     if timed.empty:
         return None
-    spans = _intervals(tables)
+    if busy is None:
+        split = time_split(tables)
+        busy = {} if split is None else split.busy
     device = timed["device"].fillna(-1).astype("int64").to_numpy()
     call_end = timed["launch_end_ns"].astype("int64").to_numpy()
     start = timed["start_ns"].astype("int64").to_numpy()
     wait = (start - call_end).astype("float64")
     latency = np.zeros(len(timed), dtype="float64")
     for dev in np.unique(device):
-        lane = spans[spans["device"] == dev]
-        s, e = merge(lane["start"].to_numpy(), lane["end"].to_numpy())
+        s, e = busy[int(dev)]  # the kernels themselves are in it: every launching device has its busy runs
         mine = np.flatnonzero(device == dev)
         i = np.searchsorted(s, start[mine], side="right") - 1  # the busy run the kernel belongs to
         opened = s[i] == start[mine]  # it opened that run: the device was idle just before it started

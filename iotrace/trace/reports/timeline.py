@@ -237,5 +237,6 @@ def timeline(tables: TraceTables, top: int = 10) -> Timeline:
     by_kind = _copies_by_kind(transfers)
     memcpy = {"copy_ns": copy_ns, "kernel_ns": kernel_ns,
               "share": copy_ns / (copy_ns + kernel_ns) if copy_ns + kernel_ns > 0 else None, "by_kind": by_kind}
-    return Timeline(top_kernels, ranges, gaps, idle, latency, memcpy, missing, graphs, time_split(tables),
-                    launch_split(tables))
+    split = time_split(tables)
+    return Timeline(top_kernels, ranges, gaps, idle, latency, memcpy, missing, graphs, split,
+                    launch_split(tables, {} if split is None else split.busy))
