@@ -91,3 +91,11 @@ def bound_text(roof: Any) -> str:
     if roof.bound_basis == "speed of light":
         return f"{roof.bound} (measured speed of light)"
     return f"{roof.bound} ({'derived' if roof.basis == 'measured' else roof.basis})"
+
+
+#: The headings every renderer gives the report's opening sections: (title, what it stands on).
+WHERE_TITLE = ("Where the time goes",
+               "measured; each instant counted once: compute, then communication not hidden under compute, then "
+               "copies and sets")
+STORED_TITLE = ("Nsight Compute's own analysis",
+                "rule results stored in the file, ranked by est. global speedup × the kernel's time")

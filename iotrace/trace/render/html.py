@@ -11,7 +11,17 @@ from functools import cache
 
 from iotrace.trace.info import counts_text
 from iotrace.trace.render.figures import figures
-from iotrace.trace.render.fmt import bound_text, bytes_, duration, finding_where, gain_text, num, pct
+from iotrace.trace.render.fmt import (
+    STORED_TITLE,
+    WHERE_TITLE,
+    bound_text,
+    bytes_,
+    duration,
+    finding_where,
+    gain_text,
+    num,
+    pct,
+)
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import cells as range_cells
 from iotrace.trace.render.range_table import legend as range_legend
@@ -173,8 +183,7 @@ def _where_time_goes(report: Report) -> str:
     rows += [_row([e(r["device"]), e(duration(r["span_ns"])), e(pct(r["compute_share"] * 100)),
                    e(pct(r["communication_share"] * 100)), e(pct(r["copies_share"] * 100)),
                    e(pct(r["idle_share"] * 100))], name_first=False) for r in split.devices.to_dict("records")]
-    return ("<h2>Where the time goes (measured; each instant counted once: compute, then communication not hidden "
-            "under compute, then copies and sets)</h2><table>" + "".join(rows) + "</table>")
+    return f"<h2>{e(WHERE_TITLE[0])} ({e(WHERE_TITLE[1])})</h2><table>" + "".join(rows) + "</table>"
 
 
 def _stored(report: Report) -> str:
@@ -186,14 +195,7 @@ def _stored(report: Report) -> str:
                     + ("" if row["saves_ns"] is None else f"~{e(duration(row['saves_ns']))} ")
                     + f"{e(row['text'])}</li>"
                     for row in stored)
-    return ("<h2>Nsight Compute's own analysis (rule results stored in the file, ranked by est. global speedup × the "
-            f"kernel's time)</h2><ol>{items}</ol>")
-
-
-def _top_title(report: Report) -> str:
-    shown, total = len(report.findings), max(report.findings_total, len(report.findings))
-    more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
-    return f"Top findings (ranked by the time they can save{more})"
+    return f"<h2>{e(STORED_TITLE[0])} ({e(STORED_TITLE[1])})</h2><ol>{items}</ol>"
 
 
 def report_html(report: Report) -> str:
@@ -203,8 +205,8 @@ def report_html(report: Report) -> str:
             f"({e(meta.get('tool'))}, version {e(meta.get('version') or 'not stated')})<br>card: "
             f"{e(report.card.name if report.card else 'none')} — {e(report.card_source)}<br>counts: "
             f"{e(counts_text(report.counts))}</p>",
-            _where_time_goes(report), f"<h2>{e(_top_title(report))}</h2>", _findings(report.findings) or "<p>none</p>",
-            _stored(report),
+            _where_time_goes(report), f"<h2>{e(report.findings_title())}</h2>",
+            _findings(report.findings) or "<p>none</p>", _stored(report),
             f"<h2>{e(report.kernels_title())}</h2>", _kernel_table(report), "<h2>Figures</h2>"]
     for n, (name, fig) in enumerate(figures(report)):
         body.append(f'<div class="figure" id="{e(name)}">'

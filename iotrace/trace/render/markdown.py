@@ -6,7 +6,18 @@ import re
 from pathlib import Path
 
 from iotrace.trace.info import counts_text, smem_text
-from iotrace.trace.render.fmt import bound_text, bytes_, duration, finding_where, gain_text, num, pct, short
+from iotrace.trace.render.fmt import (
+    STORED_TITLE,
+    WHERE_TITLE,
+    bound_text,
+    bytes_,
+    duration,
+    finding_where,
+    gain_text,
+    num,
+    pct,
+    short,
+)
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import cells as range_cells
 from iotrace.trace.render.range_table import legend as range_legend
@@ -56,20 +67,16 @@ def _where_time_goes(report: Report) -> list[str]:
     rows = [[str(r["device"]), duration(r["span_ns"]), pct(r["compute_share"] * 100),
              pct(r["communication_share"] * 100), pct(r["copies_share"] * 100), pct(r["idle_share"] * 100)]
             for r in split.devices.to_dict("records")]
-    return ["## Where the time goes (measured; each instant counted once: compute, then communication not hidden "
-            "under compute, then copies and sets)", "",
+    return [f"## {WHERE_TITLE[0]} ({WHERE_TITLE[1]})", "",
             *_table(["GPU", "span", "compute", "communication", "copies and sets", "idle"], rows)]
 
 
 def _top_findings(report: Report) -> list[str]:
-    shown, total = len(report.findings), max(report.findings_total, len(report.findings))
-    more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
-    lines = [f"## Top findings (ranked by the time they can save{more})", "",
+    lines = [f"## {report.findings_title()}", "",
              *(_findings(report.findings) if report.findings else ["none", ""])]
     stored = report.stored_ranked()
     if stored:
-        lines += ["## Nsight Compute's own analysis (rule results stored in the file, ranked by est. global speedup × "
-                  "the kernel's time)", ""]
+        lines += [f"## {STORED_TITLE[0]} ({STORED_TITLE[1]})", ""]
         lines += [f"{n}. \\#{row['kernel_id']} {md(row['kernel'], 60)}: "
                   + ("" if row["saves_ns"] is None else f"~{duration(row['saves_ns'])} ") + md(row["text"])
                   for n, row in enumerate(stored, 1)] + [""]
@@ -138,7 +145,6 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
                             [[md(reason(r["reason"]).label), num(r["value"]), pct(r["share"] * 100),
                               md(reason(r["reason"]).meaning)]
                              for r in ranked.head(6).to_dict("records") if r["value"] > 0])
-        roof = k.roofline
         if roof is not None:
             lines += [f"Roofline (FLOPs and bytes {roof.basis}): {num(roof.flops)} FLOPs, peak "
                       f"{num(roof.peak_flop_per_s)}FLOP/s ({md(roof.peak_source)}); bound **{md(bound_text(roof))}**, "

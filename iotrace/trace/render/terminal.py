@@ -18,7 +18,17 @@ from rich.text import Text
 
 from iotrace.render.console import RULE_WIDTH, is_natural
 from iotrace.trace.info import counts_text
-from iotrace.trace.render.fmt import bytes_, duration, finding_where, gain_text, num, pct, short
+from iotrace.trace.render.fmt import (
+    STORED_TITLE,
+    WHERE_TITLE,
+    bytes_,
+    duration,
+    finding_where,
+    gain_text,
+    num,
+    pct,
+    short,
+)
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import TERMINAL as RANGE_TERMINAL
 from iotrace.trace.render.range_table import cells as range_cells
@@ -196,8 +206,7 @@ def _where_time_goes(console: Console, report: Report) -> None:
     if split is None:
         return
     console.print()
-    console.print("[bold]Where the time goes[/] (measured; each instant counted once: compute, then communication "
-                  "not hidden under compute, then copies and sets)")
+    console.print(f"[bold]{WHERE_TITLE[0]}[/] ({WHERE_TITLE[1]})")
     for row in split.devices.to_dict("records"):
         streams = split.streams[split.streams["device"] == row["device"]].head(3)
         busiest = ", ".join(f"{'?' if r['stream'] is None or r['stream'] != r['stream'] else int(r['stream'])} "
@@ -209,17 +218,14 @@ def _where_time_goes(console: Console, report: Report) -> None:
 
 
 def _top_findings(console: Console, report: Report) -> None:
-    shown, total = len(report.findings), max(report.findings_total, len(report.findings))
-    more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
     if not report.findings:
         console.print()
         console.print("[bold]Top findings[/]: none (no rule's condition holds here; docs/findings.md lists the rules)")
-    _findings(console, report.findings, f"Top findings (ranked by the time they can save{more})")
+    _findings(console, report.findings, report.findings_title())
     stored = report.stored_ranked()
     if stored:
         console.print()
-        console.print("[bold]Nsight Compute's own analysis[/] (rule results stored in the file, ranked by est. "
-                      "global speedup x the kernel's time)")
+        console.print(f"[bold]{escape(STORED_TITLE[0])}[/] ({STORED_TITLE[1]})")
         for number, row in enumerate(stored, 1):
             saves = "" if row["saves_ns"] is None else f"~{duration(row['saves_ns'])} "
             console.print(f" {number:>2}. #{row['kernel_id']} {escape(_name(console, row['kernel'], 40))}: "

@@ -195,7 +195,13 @@ class Report:
     #: Every row of the selection, analysed (``kernels`` is the first ``top`` of them).
     every_row: list[KernelReport] = field(default_factory=list, repr=False)
 
-    def stored_ranked(self, limit: int = 5) -> list[dict[str, Any]]:
+    def findings_title(self) -> str:
+        """"Top findings (ranked by the time they can save)", with "; 5 of 201, --top 201 shows all" when cut."""
+        shown, total = len(self.findings), max(self.findings_total, len(self.findings))
+        more = f"; {shown} of {total}, --top {total} shows all" if total > shown else ""
+        return f"Top findings (ranked by the time they can save{more})"
+
+    def stored_ranked(self, limit: int | None = 5) -> list[dict[str, Any]]:
         """Nsight Compute's stored rule results with a global speedup estimate, across every row of the selection,
         ranked by the time that estimate stands for (speedup % x the row's total time): its GUI shows them one kernel
         at a time.
@@ -210,7 +216,7 @@ class Report:
                             "title": rule.title or rule.rule_name, "speedup_pct": rule.speedup_pct,
                             "saves_ns": saves, "text": rule.text()})
         out.sort(key=lambda r: (r["saves_ns"] is None, -(r["saves_ns"] or 0.0), -r["speedup_pct"]))
-        return out[:limit]
+        return out if limit is None else out[:limit]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -269,7 +275,7 @@ class Report:
                     for row in self.ops.to_dict("records")],
             "findings": [f.to_dict() for f in self.findings],
             "findings_total": max(self.findings_total, len(self.findings)),
-            "ncu_rules_ranked": self.stored_ranked(limit=len(self.kernels) * 50), "unavailable": self.unavailable,
+            "ncu_rules_ranked": self.stored_ranked(limit=None), "unavailable": self.unavailable,
             "notes": self.notes,
             "ranges": None if self.range_rooflines is None else self.range_rooflines.to_dict(),
             "source_lines": [lines.to_dict() for lines in self.source_lines],
