@@ -11,6 +11,7 @@ from iotrace.trace.reports.ncu_rules import StoredRule
 from iotrace.trace.reports.occupancy import OccupancyRow
 from iotrace.trace.reports.origin import Origin
 from iotrace.trace.reports.roofline import RooflinePoint
+from iotrace.trace.reports.stall_reasons import reason
 
 __all__ = ["KernelFacts"]
 
@@ -46,6 +47,13 @@ class KernelFacts:
     plugin_params: frozenset[str] = frozenset()
     #: Nsight Compute's own rule results for this row, as the file stores them.
     stored: tuple[StoredRule, ...] = ()
+
+    @property
+    def waits(self) -> pd.DataFrame:
+        """The stall ranking without the reasons that are not stalls ("selected": the issuing cycle), highest first."""
+        if self.stalls.empty:
+            return self.stalls
+        return self.stalls[[not reason(r).not_a_stall for r in self.stalls["reason"]]]
 
     @property
     def blocks(self) -> int | None:

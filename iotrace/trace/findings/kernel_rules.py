@@ -44,10 +44,7 @@ def roof_fraction(facts: KernelFacts) -> tuple[float, str] | None:
 
 def _leading_stall(facts: KernelFacts) -> tuple[StallReason, float] | None:
     """The stall reason with the largest share of the primary family (not "selected"), or None without stalls."""
-    ranked = facts.stalls
-    if ranked.empty:
-        return None
-    stalls = ranked[[not reason(r).not_a_stall for r in ranked["reason"]]]
+    stalls = facts.waits
     return None if stalls.empty else (reason(str(stalls.iloc[0]["reason"])), float(stalls.iloc[0]["share"]))
 
 
@@ -168,12 +165,9 @@ MODEL_EXCESS_RULE = Rule("model-excess", "roofline", f"counted DRAM bytes > {MOD
 
 
 def _stall(facts: KernelFacts) -> list[Finding]:
-    ranked = facts.stalls
-    if ranked.empty or facts.origin.family == "nccl":
+    ranked, stalls = facts.stalls, facts.waits
+    if stalls.empty or facts.origin.family == "nccl":
         return []  # NCCL waits on its peers by design: overlap and exposure are its findings
-    stalls = ranked[[not reason(r).not_a_stall for r in ranked["reason"]]]
-    if stalls.empty:
-        return []
     top = stalls.iloc[0]
     share, issue = float(top["share"]), facts.issue_active
     if share <= DOMINANT_SHARE or (issue is not None and issue >= ISSUE_ACTIVE_LIMIT):
@@ -220,8 +214,7 @@ def _occupancy_limit(facts: KernelFacts) -> list[Finding]:
         return []
     if roof is None or roof.bound != "latency":
         return []  # more warps only help a kernel that waits: at or near a roof they queue for the same unit
-    top = facts.stalls[[not reason(r).not_a_stall for r in facts.stalls["reason"]]] if not facts.stalls.empty \
-        else facts.stalls
+    top = facts.waits
     if len(top) and str(top.iloc[0]["reason"]) not in LATENCY_STALLS:
         return []  # the dominant wait is a full queue or a busy pipe, which more warps do not shorten
     limiter = occ.limiters[0] if occ.limiters else "—"

@@ -204,8 +204,9 @@ def _ranges(db: sqlite3.Connection, tables: set[str], spec: dict[str, Any], stri
     return ranges
 
 
-def _process(global_tid: pd.Series) -> pd.Series:
-    """The process id in a ``globalTid`` (Nsight Systems User Guide: GlobalId = ... pid << 24 | tid)."""
+def _process(global_tid: pd.Series | np.ndarray) -> pd.Series | np.ndarray:
+    """The process id in a ``globalTid`` (Nsight Systems User Guide: GlobalId = ... pid << 24 | tid); NaN where
+    missing."""
     tid = pd.to_numeric(global_tid, errors="coerce")
     return (tid // (1 << 24)) % (1 << 24)
 
@@ -254,7 +255,7 @@ def _runtime_calls(db: sqlite3.Connection, tables: set[str],
     duration = _floats(calls["end_ns"])[order] - start[order]
     api_calls = {"id": np.arange(len(order), dtype=np.int64), "name": names[code[order]],
                  "kind": kinds[code[order]], "start_ns": column["time_ns"], "end_ns": column["end_ns"],
-                 "duration_ns": duration, "process": (_floats(column["thread"]) // (1 << 24)) % (1 << 24),
+                 "duration_ns": duration, "process": _process(column["thread"]),
                  "thread": column["thread"], "correlation_id": column["correlation_id"]}
     return calls.drop(columns=["name_id", *(["backtrace"] if copies else [])]), api_calls
 

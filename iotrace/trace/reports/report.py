@@ -304,25 +304,28 @@ def _resolve_card(tables: TraceTables, card: Card | str | None) -> tuple[Card | 
     return None, "none: the file names no CardBook card (pass --card NAME)"
 
 
-def _device_cc(tables: TraceTables, device: Any, card: Card | None) -> str | None:
+def _device_values(tables: TraceTables, device: Any, column: str) -> pd.Series:
+    """``column`` of the file's row for ``device`` (every device's where that one is unknown or absent), non-null."""
     devices = tables.devices
-    if len(devices):
-        same = devices[devices["device"] == device] if device is not None and not pd.isna(device) else devices
-        ccs = (same if len(same) else devices)["cc"].dropna()
-        if len(ccs):
-            return str(ccs.iloc[0])
+    if not len(devices) or column not in devices:
+        return pd.Series(dtype=object)
+    same = devices[devices["device"] == device] if device is not None and not pd.isna(device) else devices
+    return (same if len(same) else devices)[column].dropna()
+
+
+def _device_cc(tables: TraceTables, device: Any, card: Card | None) -> str | None:
+    ccs = _device_values(tables, device, "cc")
+    if len(ccs):
+        return str(ccs.iloc[0])
     return card.cc if card is not None else None
 
 
 def _device_sms(tables: TraceTables, device: Any, card: Card | None) -> tuple[int | None, str]:
     """The SM count of the device a kernel ran on (the file's device row, else the card's) and where it came from."""
-    devices = tables.devices
-    if len(devices) and "sm_count" in devices:
-        same = devices[devices["device"] == device] if device is not None and not pd.isna(device) else devices
-        counts = (same if len(same) else devices)["sm_count"].dropna()
-        counts = counts[counts > 0]
-        if len(counts):
-            return int(counts.iloc[0]), "the file's device"
+    counts = _device_values(tables, device, "sm_count")
+    counts = counts[counts > 0]  # a display adapter's row (0 SMs) says nothing
+    if len(counts):
+        return int(counts.iloc[0]), "the file's device"
     if card is not None and card.sm_count:
         return card.sm_count, f"card {card.key}"
     return None, ""
