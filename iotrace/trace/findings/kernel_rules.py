@@ -104,12 +104,12 @@ def _bound(facts: KernelFacts) -> list[Finding]:
         if roof.flops is None:
             text += " FLOPs were not counted: judged by DRAM bandwidth alone."
         basis = "derived" if roof.basis == "measured" else roof.basis
-    lacking = getattr(roof, "flops_lacking", "")
+    lacking = roof.flops_lacking
     if lacking:
         text += f" Not counted: {lacking}."
     topic = {"memory": "memory", "compute": "compute", "latency": "latency", "balanced": "memory"}[roof.bound]
     try_next = next_step(facts, topic, ", ".join(sorted(facts.plugin_params)))
-    on_tensor = "tensor" in (roof.precision or "") or "tensor" in (getattr(roof, "flops_lacking", "") or "")
+    on_tensor = "tensor" in (roof.precision or "") or "tensor" in roof.flops_lacking
     if roof.bound == "compute" and on_tensor and not facts.origin.library:
         try_next = ("It already runs on the tensor cores: what is left is a narrower type (fp8, int8 or int4 where "
                     "accuracy allows) or fewer instructions around the MMAs (address arithmetic, conversions).")

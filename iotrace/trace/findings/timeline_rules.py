@@ -71,14 +71,14 @@ RUNTIME_CALLS = ("the trace holds no CUDA runtime calls (nsys profile --trace=cu
 
 
 def _needs_calls(facts: TimelineFacts) -> str | None:
-    return RUNTIME_CALLS if _api(facts).empty else None
+    return RUNTIME_CALLS if facts.tables.api_calls.empty else None
 
 
 def _needs_memory_kinds(facts: TimelineFacts) -> str | None:
     copies = facts.tables.transfers
     if copies.empty:
         return None  # no copy to check: the rule has nothing to say, and nothing is missing
-    if "src_kind" not in copies or not (copies["src_kind"].notna() | copies["dst_kind"].notna()).any():
+    if not (copies["src_kind"].notna() | copies["dst_kind"].notna()).any():
         return "the trace does not name its copies' host memory (pageable or pinned)"
     return None
 
@@ -89,15 +89,10 @@ def _needs_launch_times(facts: TimelineFacts) -> str | None:
     return None
 
 
-def _api(facts: TimelineFacts) -> pd.DataFrame:
-    calls = getattr(facts.tables, "api_calls", None)
-    return pd.DataFrame() if calls is None else calls
-
-
 def _cpu_during(facts: TimelineFacts, start: int, end: int) -> str:
     """What the host did in [start, end): the API calls and ranges that overlap it, by time, in words."""
     parts = []
-    calls = _api(facts)
+    calls = facts.tables.api_calls
     if len(calls):
         inside = calls[(calls["start_ns"] < end) & (calls["end_ns"] > start)]
         if len(inside):
@@ -170,11 +165,11 @@ GPU_UTIL = Rule("gpu-utilization", "timeline", f"some of {UTIL_CHUNKS} equal chu
 
 def _pageable(facts: TimelineFacts) -> list[Finding]:
     copies = facts.tables.transfers
-    if "src_kind" not in copies or copies.empty:
+    if copies.empty:
         return []
     pageable = copies[(copies["src_kind"] == "pageable") | (copies["dst_kind"] == "pageable")]
-    calls = _api(facts)
-    if len(pageable) and len(calls) and "correlation_id" in pageable:
+    calls = facts.tables.api_calls
+    if len(pageable) and len(calls):
         async_ids = set(calls.loc[calls["name"].astype(str).str.contains("Async"), "correlation_id"].dropna())
         matched = pageable["correlation_id"].isin(async_ids)
         if pageable["correlation_id"].notna().any():
@@ -204,7 +199,7 @@ PAGEABLE = Rule("pageable-memcpy", "timeline", "asynchronous memcpys whose host 
 
 def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str):
     def check(facts: TimelineFacts) -> list[Finding]:
-        calls = _api(facts)
+        calls = facts.tables.api_calls
         if calls.empty:
             return []
         mine = calls[calls["kind"] == kind]

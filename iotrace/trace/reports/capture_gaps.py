@@ -26,8 +26,7 @@ def capture_gaps(tables: TraceTables) -> list[str]:
     out = []
     fmt = str(tables.meta.get("format") or "")
     gpu_events = len(tables.kernels) + len(tables.transfers)
-    calls = getattr(tables, "api_calls", None)
-    n_calls = 0 if calls is None else len(calls)
+    n_calls = tables.rows("api_calls")
     kineto, nsys = fmt.startswith("kineto"), fmt.startswith("nsys")
     if gpu_events == 0 and n_calls > 0:
         fix = TORCH_CUDA if kineto else NSYS_CUDA if nsys else "a CUDA activity trace"

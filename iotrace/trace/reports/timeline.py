@@ -196,8 +196,7 @@ def _copies_by_kind(transfers: pd.DataFrame) -> list[dict[str, Any]]:
     host-link (PCIe, NVLink) bandwidth, so no ceiling is set beside it."""
     if transfers.empty:
         return []
-    keys = ["kind", *[c for c in ("src_kind", "dst_kind") if c in transfers]]
-    table = (transfers.groupby(keys, dropna=False, sort=False)
+    table = (transfers.groupby(["kind", "src_kind", "dst_kind"], dropna=False, sort=False)
              .agg(count=("launches", "sum"), total_ns=("duration_ns", "sum"), bytes=("bytes", "sum"))
              .sort_values("total_ns", ascending=False).reset_index())
     table["bandwidth_gbs"] = (table["bytes"].astype("float64") / table["total_ns"].where(table["total_ns"] > 0))
