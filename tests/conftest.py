@@ -157,6 +157,18 @@ def cli_in_process(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of [start, end) spans as disjoint sorted spans, in plain Python: the reference side of the tests
+    that check iotrace's interval arithmetic (busy time, idle gaps, overlap)."""
+    out: list[list[int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
 def ncu_launches(path: Path, read: Callable[[Any], T]) -> list[T]:
     """``read(action)`` for every profiled launch of an Nsight Compute report, in file order, read with NVIDIA's
     ``ncu_report`` (independently of iotrace) while the report is open; skips without ncu-report."""

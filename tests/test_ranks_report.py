@@ -19,7 +19,7 @@ import pytest
 from iotrace.trace import load_ranks
 from iotrace.trace.render.ranks import kernel_cells, kernel_headers, print_ranks, ranks_html, ranks_markdown, sources
 from iotrace.trace.reports.ranks_report import MAD_Z, STRAGGLER_FLOOR, STRAGGLER_RULE, outliers, rank_report
-from tests.conftest import run_cli
+from tests.conftest import merge_spans, run_cli
 
 NO_RANK = ["kineto/a100_pg509_triton_kernel_kineto.json.gz", "kineto/mi250_rocm6.2_kineto_NONNVIDIA.json.gz"]
 
@@ -55,16 +55,6 @@ def interval(ev: dict) -> tuple[int, int]:
     """[start, end) in ns from the event's µs ``ts`` and ``dur``."""
     start = round(ev["ts"] * 1000)
     return start, start + round(ev["dur"] * 1000)
-
-
-def merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for start, end in sorted(spans):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(a, b) for a, b in out]
 
 
 def length(spans: list[tuple[int, int]]) -> int:
@@ -117,18 +107,18 @@ def test_nccl_time_and_overlap_equal_an_interval_sweep(report, docs: list[dict])
         assert row["comm_launches"] == len(comm) == 10  # PROVENANCE.md: 10 NCCL kernels per rank
         assert row["comm_ns"] == pytest.approx(sum(b - a for a, b in comm))
         assert row["compute_ns"] == pytest.approx(sum(b - a for a, b in compute))
-        assert row["comm_busy_ns"] == length(merge(comm))
-        assert row["compute_busy_ns"] == length(merge(compute))
-        overlap = intersection(merge(comm), merge(compute))
+        assert row["comm_busy_ns"] == length(merge_spans(comm))
+        assert row["compute_busy_ns"] == length(merge_spans(compute))
+        overlap = intersection(merge_spans(comm), merge_spans(compute))
         assert overlap > 0
         assert row["overlap_ns"] == overlap
-        assert row["overlap_share"] == pytest.approx(overlap / length(merge(comm)))
+        assert row["overlap_share"] == pytest.approx(overlap / length(merge_spans(comm)))
     assert report.summary["overlap_share"].tolist() != [0.0, 0.0]
 
 
 def test_idle_time_is_the_gaps_between_kernels_and_copies(report, docs: list[dict]) -> None:
     for r, doc in enumerate(docs):
-        busy = merge([interval(ev) for ev in events(doc, "kernel", "gpu_memcpy", "gpu_memset")])
+        busy = merge_spans([interval(ev) for ev in events(doc, "kernel", "gpu_memcpy", "gpu_memset")])
         span = busy[-1][1] - busy[0][0]
         row = report.summary.iloc[r]
         assert row["span_ns"] == span

@@ -18,7 +18,7 @@ import pytest
 from iotrace.trace import load
 from iotrace.trace.findings.timeline_rules import GAP_NS, LAUNCH_BOUND_RUN, UTIL_CHUNKS, UTIL_PCT
 from iotrace.trace.reports.report import Report, build_report
-from tests.conftest import CORPUS, cli_in_process, write_kineto
+from tests.conftest import CORPUS, cli_in_process, merge_spans, write_kineto
 
 ALEXNET = "kineto/a100_pg509_alexnet_kineto_trace.json.gz"
 RTX4090 = "nsys/rtx4090_sumarray_pageable_zerocopy_nsys2023.3.sqlite"
@@ -33,16 +33,6 @@ RESNET = "kineto/v100_dgxs_resnet50_tbplugin_kineto.json.gz"
 @cache
 def _report(name: str, top: int = 1000) -> Report:
     return build_report(load(CORPUS / name), top=top)
-
-
-def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(a, b) for a, b in out]
 
 
 def _sqlite_gpu_ops(path: Path) -> list[tuple[int, int]]:
@@ -69,14 +59,14 @@ def _kineto_gpu_ops(path: Path) -> list[tuple[int, int, str, str]]:
 
 
 def test_gpu_gaps_fire_on_a_long_gap_with_the_hosts_activity_and_not_below_500_ms(corpus: Path) -> None:
-    busy = _union([(a, b) for a, b, *_ in _kineto_gpu_ops(corpus / ALEXNET)])
+    busy = merge_spans([(a, b) for a, b, *_ in _kineto_gpu_ops(corpus / ALEXNET)])
     gaps = [b[0] - a[1] for a, b in itertools.pairwise(busy) if b[0] - a[1] >= GAP_NS]
     [finding] = [f for f in _report(ALEXNET).findings if f.rule == "gpu-gaps"]
     assert len(gaps) >= 1 and finding.evidence[0].value == len(gaps)
     assert finding.evidence[1].value == pytest.approx(sum(gaps) / 1e6, abs=1e-3)
     assert finding.gain.ns == pytest.approx(sum(gaps))
     assert "(" in finding.text  # each gap names what the host did in it
-    rtx = _union(_sqlite_gpu_ops(corpus / RTX4090))
+    rtx = merge_spans(_sqlite_gpu_ops(corpus / RTX4090))
     assert max(b[0] - a[1] for a, b in itertools.pairwise(rtx)) < GAP_NS  # 370 ms at most
     assert "gpu-gaps" not in [f.rule for f in _report(RTX4090).findings]
 
@@ -94,11 +84,11 @@ def _low_chunks(busy: list[tuple[int, int]]) -> tuple[int, float]:
 
 
 def test_gpu_utilization_chunks_match_an_independent_count(corpus: Path) -> None:
-    low, idle = _low_chunks(_union(_sqlite_gpu_ops(corpus / RTX4090)))
+    low, idle = _low_chunks(merge_spans(_sqlite_gpu_ops(corpus / RTX4090)))
     [finding] = [f for f in _report(RTX4090).findings if f.rule == "gpu-utilization"]
     assert low > 0 and finding.evidence[0].value == low
     assert finding.gain.ns == pytest.approx(idle, rel=1e-6)
-    assert _low_chunks(_union(_sqlite_gpu_ops(corpus / TRT)))[0] == 0
+    assert _low_chunks(merge_spans(_sqlite_gpu_ops(corpus / TRT)))[0] == 0
     assert "gpu-utilization" not in [f.rule for f in _report(TRT).findings]
 
 
@@ -134,7 +124,7 @@ def test_the_launch_split_matches_an_independent_join(corpus: Path) -> None:
     """Latency where a kernel opened a busy run on an idle GPU: from the later of its call's end and the last GPU
     work's end; queueing the rest of the wait."""
     rows = _sqlite_launches(corpus / CLOVERLEAF)
-    busy = _union(_sqlite_gpu_ops(corpus / CLOVERLEAF))
+    busy = merge_spans(_sqlite_gpu_ops(corpus / CLOVERLEAF))
     latency, queued = [], []
     for start, _, _, call_end in rows:
         wait = start - call_end
@@ -160,8 +150,8 @@ def test_where_the_time_goes_sums_to_the_span_and_exposed_communication_is_compu
                                                                                         name: str) -> None:
     ops = _kineto_gpu_ops(corpus / name)
     kernels = [(a, b, n) for a, b, n, cat in ops if cat == "kernel"]
-    compute = _union([(a, b) for a, b, n in kernels if "ncclKernel" not in n and "ncclDevKernel" not in n])
-    comm = _union([(a, b) for a, b, n in kernels if "ncclKernel" in n or "ncclDevKernel" in n])
+    compute = merge_spans([(a, b) for a, b, n in kernels if "ncclKernel" not in n and "ncclDevKernel" not in n])
+    comm = merge_spans([(a, b) for a, b, n in kernels if "ncclKernel" in n or "ncclDevKernel" in n])
     exposed = sum(max(0, b - a) for a, b in _subtract(comm, compute))
     row = _report(name).timeline.split.devices.iloc[0]
     assert row["compute_ns"] + row["communication_ns"] + row["copies_ns"] + row["idle_ns"] == row["span_ns"]
