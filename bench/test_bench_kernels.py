@@ -12,7 +12,8 @@ cache decode), the same ones ``iotrace selfcheck`` times (GEMM bf16
 pair; attention prefill >= 0.9x SDPA's flash backend at B4 H32 S4096 d128; decode >= 75% of copy bandwidth and faster
 than SDPA at batch 1; int8-KV decode >= 1.7x the bf16 decode at context >= 8k; draft-verify within 1.25x of its
 bandwidth floor). Targets are recorded, not asserted here; the gates are the command-line ones:
-``--benchmark-compare-fail``, ``--iotrace-roofline-floor``, ``--iotrace-max-cv`` (see the README).
+``--benchmark-compare-fail``, ``--iotrace-roofline-floor``, ``--iotrace-max-cv``
+(see docs/commands/bench.md, "Regression gates").
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def run_tour(console: Console, card_name: str) -> None:
                        f"{card.name} (`iotrace bench`)"))
     tour_bench(console, card)
     console.print(Rule())
-    console.print("Next: `iotrace math --help`, `iotrace occupancy --help`, `iotrace tune --help`, and the README.")
+    console.print("Next: `iotrace math --help`, `iotrace occupancy --help`, `iotrace tune --help`, and docs/index.md.")
 
 
 #: The tour's bench: the pinned model on the shipped prompt, few tokens and one repetition (seconds on a CPU).

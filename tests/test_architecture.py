@@ -2,8 +2,8 @@
 and those under ``if TYPE_CHECKING:``), has no circle, no module outside ``iotrace.cli`` imports the command line,
 and no module imports a higher layer.
 
-The layers are the README's architecture section ("Layers"), lowest first. A module belongs to the layer of the
-longest prefix listed; modules of one layer may import each other (without a circle).
+The layers are those of docs/contributing/architecture.md ("Layers"), lowest first. A module belongs to the layer
+of the longest prefix listed; modules of one layer may import each other (without a circle).
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def layer_of(module: str) -> int:
         for prefix in prefixes:
             if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
                 best, found = len(prefix), index
-    assert found is not None, f"{module} is in no layer: add it to LAYERS (and to the README's layers)"
+    assert found is not None, (f"{module} is in no layer: add it to LAYERS (and to the Layers table of "
+                               "docs/contributing/architecture.md)")
     return found
 
 

@@ -324,7 +324,7 @@ def test_an_export_naming_the_new_gpus_matches_their_cards(corpus: Path, tmp_pat
         assert (lookup(key).sm_count, lookup(key).cc) == (sms, cc), name
     assert [note for note in trace.meta["notes"] if "not in the CardBook" in note] == [
         "device 6 'NVIDIA H800 PCIe' (CC 9.0, 132 SMs) is not in the CardBook: its rooflines use the file's own "
-        "properties; add a card for it to iotrace/data/cards.toml (see README: CardBook)"]
+        "properties; add a card for it to iotrace/data/cards.toml (see docs/commands/cards.md: the CardBook)"]
 
 
 def test_gh200_l2_is_what_a_six_stack_gh100_reports(corpus: Path) -> None:

@@ -123,11 +123,25 @@ def test_tour_runs_on_any_card(card: str) -> None:
 
 @pytest.mark.slow
 def test_tour_runs_without_a_gpu() -> None:
-    result = run_cli("tour")
+    """The one real `iotrace tour | cat` (about 70 s on two cores: a static tune compiled for the card and a decode of
+    the pinned model, hence slow): its answers, every section title whole (they were cut at 100 columns in a pipe),
+    no cell cut, no line past 300 characters, and the model by its clean name."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["NO_COLOR"] = "1"
+    result = subprocess.run([sys.executable, "-m", "iotrace", "tour"], capture_output=True, text=True, env=env,
+                            timeout=600)
     assert result.returncode == 0, result.stderr
     text = result.stdout
-    for expected in ("69.33 tok/s", "1.074e9 B", "3.362 tokens", "occupancy = ", "compute-bound", "memory-bound"):
+    for expected in ("69.33 tok/s", "1.074e9 B", "3.362 tokens", "occupancy = ", "compute-bound", "memory-bound",
+                     "── 8. Autotuning starts without a GPU: a 4096³ fp16 GEMM slice compiled for NVIDIA GeForce RTX "
+                     "3090 (`iotrace tune`) ──", "SmolLM2-135M-Instruct"):
         assert expected in text, f"{expected!r} missing from the tour"
+    assert "…" not in text and "Smollm2 135M" not in text
+    assert max(len(line) for line in text.splitlines()) <= 300
 
 
 BAD_INPUT = [
@@ -143,7 +157,8 @@ BAD_INPUT = [
     (["occupancy", "--cc", "8.6", "--threads", "lots", "--regs", "32"], "'lots' is not a whole number"),
     (["occupancy", "--card", "mi300x", "--threads", "256", "--regs", "32"], "no CUDA compute capability"),
     (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "/nonexistent/dir/x.html"], "cannot write"),
-    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "x.png"], "the figure is written as HTML"),
+    (["occupancy", "--cc", "8.6", "--threads", "256", "--regs", "32", "-o", "x.csv"],
+     "iotrace occupancy cannot write a .csv file — it writes .html, .png, .svg, .json, .md, .txt"),
     (["occupancy", "--threads", "256", "--regs", "32"], "no GPU found (torch.cuda and CuPy see none)"),
     (["card", "rtx 9999"], "no card called 'rtx 9999'"),
     (["math", "decode", "--card", "nonsense-gpu", "--params", "27e9", "--bits", "4"], "no card called"),

@@ -76,6 +76,7 @@ def test_run_into_a_file_keeps_the_config_whole_and_names_both_spill_counts(tmp_
     assert "USE_TMA=False" in config.split()[-1].split(","), config
     (resources,) = [line for line in text.splitlines() if "resources" in line]
     assert "B spill stores + " in resources and "B spill loads" in resources, resources
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 300  # whole, and no line padded
 
 
 def test_info_wide_and_into_a_file_name_every_distinct_kernel_in_full(corpus: Path, tmp_path: Path) -> None:

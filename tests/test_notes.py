@@ -43,6 +43,72 @@ def test_committed_note_is_not_stale(name: str, request: pytest.FixtureRequest) 
     assert catalog.stale(NOTES, [name], corpus=corpus) == {}
 
 
+def test_every_published_note_is_annotated() -> None:
+    """Issue 36: no annotation slot of a published note is left empty (the committed files, nothing regenerated)."""
+    empty = {name: annotations.empty((NOTES / f"{name}.md").read_text(), name) for name in catalog.PUBLISHED}
+    assert {name: slots for name, slots in empty.items() if slots} == {}
+    assert all(annotations.extract((NOTES / f"{name}.md").read_text()) for name in catalog.PUBLISHED)
+
+
+def test_committed_annotations_quote_only_printed_numbers() -> None:
+    """Every number an annotation of a committed note quotes is one its generated text prints (a model note's up to
+    its noise); test_committed_note_is_not_stale checks the same against the note regenerated now."""
+    found = {name: catalog.stale_quotes((NOTES / f"{name}.md").read_text(), measured=item.needs_model)
+             for name, item in catalog.PUBLISHED.items()}
+    assert {name: lines for name, lines in found.items() if lines} == {}
+
+
+def _annotated(bodies: dict[str, str]) -> str:
+    """A small note printing a few numbers, its annotation blocks holding ``bodies``."""
+    note = Note("n", "A note", {"card": "NVIDIA H100 80GB HBM3, sm_90", "commit": "`3af4485b1b1e`"})
+    note.add("wall", "Wall", "tok/s ≈ 9.36e11 / (2.72e10 × 0.5) = 68.82 tok/s; 23,040 bytes per token; -0.046%; 1.88x.")
+    note.add("more", "More", "| 16-bit | 269.0 | 3,479 |")
+    return render(note, bodies, "0.1.0 at commit 21b532b")
+
+
+def test_a_quoted_number_the_note_does_not_print_is_named() -> None:
+    text = _annotated({"summary": "The wall is 68.82 tok/s (identity 1), 23040 bytes a token; §2 has 269 MB.",
+                       "wall": "At 0.50 bytes per weight it is 68.82 tok/s, not 87.0 or 1.38e7; sub-4-bit needs 3.16.",
+                       "more": "A 1.88x gain; perplexity -0.046% (0.046 either way), not +0.046%; 3,479 tok/s."})
+    # Thousands separators, trailing zeros, units, labels (identity 1, §2) and an unsigned quote of a signed figure
+    # match; 87.0, 1.38e7, 4 (of sub-4-bit) and 3.16 are not printed, nor is +0.046% (a sign is part of a quote).
+    assert annotations.unquoted(text) == {"wall": ["87.0", "1.38e7", "4", "3.16"], "more": ["+0.046"]}
+    # Digits in identifiers (H100, sm_90, the commit hashes, the version on the Generated line) are no number.
+    assert [n.text for n in annotations.quoted("H100 sm_90 fp32 Q4_1 rtx3090 21b532b 0.1.0 v2")] == []
+    assert annotations.unquoted(_annotated({"wall": "The H100 (sm_90) at commit 21b532b, iotrace 0.1.0."})) == {}
+    assert annotations.unquoted(_annotated({"wall": "Printed on the Generated line only: 21 and 0.1."})) == {
+        "wall": ["21", "0.1"]}
+    # A measured note's quote may differ by its noise, as its figures do (a percentage by points).
+    text = _annotated({"wall": "68.9 tok/s, -0.2%, 3,480 tok/s."})
+    assert annotations.unquoted(text) == {"wall": ["68.9", "-0.2", "3,480"]}
+    assert annotations.unquoted(text, rel_tol=catalog.MODEL_REL_TOL, pct_abs=catalog.MODEL_PCT_ABS) == {}
+    assert catalog.stale_quotes(_annotated({"wall": "99.5% of it."})) == [
+        "annotation 'wall' quotes 99.5, which the note does not print"]
+
+
+def test_a_stale_quote_makes_the_note_stale_naming_the_slot(tmp_path: Path, corpus: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change in iotrace that moves a quoted figure names the annotation to revisit, before a rebuild (beside the
+    changed line) and after it (alone); `iotrace notes check` says the same."""
+    shutil.copy(NOTES / "decode-wall.md", tmp_path / "decode-wall.md")
+    path = tmp_path / "decode-wall.md"
+    quoting = annotations.extract(path.read_text())["check-3090"]
+    assert "87 tok/s" in quoting and "3.16 bits" in quoting
+    monkeypatch.setattr(decode_wall, "CLAIMED_TOK_S", 90.0)  # the code now checks another claim
+    before = catalog.stale(tmp_path, ["decode-wall"], corpus=corpus)["decode-wall"]
+    assert before.startswith("line ") and "annotation 'check-3090' quotes 87, 0.3955, 3.16" in before
+    catalog.rebuild(tmp_path, ["decode-wall"], images=False, corpus=corpus)
+    assert annotations.extract(path.read_text())["check-3090"] == quoting  # the words are kept, now stale
+    assert catalog.stale(tmp_path, ["decode-wall"], corpus=corpus) == {
+        "decode-wall": "annotation 'check-3090' quotes 87, 0.3955, 3.16, which the note does not print"}
+    monkeypatch.undo()
+    shutil.copy(NOTES / "decode-wall.md", path)
+    path.write_text(path.read_text().replace("so a 3090 cannot", "so a 3090 (or 99.99 of them) cannot", 1))
+    done = run_cli("notes", "check", "--dir", str(tmp_path), "decode-wall")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "annotation 'check-3090' quotes 99.99, which the note does not print" in done.stdout
+
+
 def test_model_notes_allow_last_digit_noise_and_nothing_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The committed quantisation note against itself with one figure moved: another CPU's fp32 noise (a last digit,
     an INT8 row's KL 1% off, top-1 0.15 points off, a perplexity change across zero) is current; a figure off by more
@@ -84,7 +150,7 @@ def test_corpus_notes_stay_exact(tmp_path: Path, corpus: Path) -> None:
     """A note read from the corpus files is not measured: one digit changed, however small the change, is stale."""
     shutil.copy(NOTES / "decode-wall.md", tmp_path / "decode-wall.md")
     path = tmp_path / "decode-wall.md"
-    path.write_text(path.read_text().replace("68.82 tok/s", "68.83 tok/s", 1))  # 1.5e-4 apart: within MODEL_REL_TOL
+    path.write_text(path.read_text().replace("= 68.82 tok/s", "= 68.83 tok/s", 1))  # 1.5e-4 apart: within MODEL_REL_TOL
     assert catalog.same_but_noise("= 68.82 tok/s", "= 68.83 tok/s")
     found = catalog.stale(tmp_path, ["decode-wall"], corpus=corpus)
     assert "68.83 tok/s" in found["decode-wall"] and "68.82 tok/s" in found["decode-wall"]
@@ -129,7 +195,7 @@ def test_a_changed_number_makes_the_note_stale(tmp_path: Path, corpus: Path) -> 
     shutil.copy(NOTES / "decode-wall.md", tmp_path / "decode-wall.md")
     assert catalog.stale(tmp_path, ["decode-wall"], corpus=corpus) == {}
     path = tmp_path / "decode-wall.md"
-    path.write_text(path.read_text().replace("68.82 tok/s", "87.00 tok/s", 1))
+    path.write_text(path.read_text().replace("= 68.82 tok/s", "= 87.00 tok/s", 1))
     found = catalog.stale(tmp_path, ["decode-wall"], corpus=corpus)
     assert "87.00 tok/s" in found["decode-wall"] and "68.82 tok/s" in found["decode-wall"]
     done = run_cli("notes", "check", "--dir", str(tmp_path), "decode-wall")

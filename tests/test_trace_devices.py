@@ -13,7 +13,7 @@ def test_an_unknown_nvidia_device_falls_back_and_says_which_card_it_needs() -> N
     assert rows[0]["card"] is None and rows[0]["vendor"] == "nvidia"
     assert notes == ["earlier note", "device 0 'NVIDIA FooGPU' (CC 8.9, 46 SMs) is not in the CardBook: its "
                      "rooflines use the file's own properties; add a card for it to iotrace/data/cards.toml "
-                     "(see README: CardBook)"]
+                     "(see docs/commands/cards.md: the CardBook)"]
 
 
 def test_a_name_match_with_the_wrong_sm_count_is_refused_and_noted() -> None:
@@ -21,7 +21,7 @@ def test_a_name_match_with_the_wrong_sm_count_is_refused_and_noted() -> None:
     assert rows[0]["card"] is None
     assert unmatched_notes(rows) == [
         "device 1 'NVIDIA GeForce RTX 4090' (CC 8.9, 114 SMs) is not in the CardBook: its rooflines use the file's "
-        "own properties; add a card for it to iotrace/data/cards.toml (see README: CardBook)"]
+        "own properties; add a card for it to iotrace/data/cards.toml (see docs/commands/cards.md: the CardBook)"]
 
 
 def test_rtx3080_rows_pick_the_variant_by_sm_count() -> None:

@@ -149,9 +149,9 @@ def print_tune(console: Console, result: TuneResult, rows: int = TABLE_ROWS) -> 
     columns += ["meas µs", "TFLOP/s", "% roof", "ok"] if timed else (["ok"] if checked else [])
     if not any(r.entry.spills for r in shown):
         columns.remove("spill B")  # the column only when a shown config spills
-    # On a terminal the table must fit its width (80 columns in the README) with each config on one line: when it
-    # would not, the columns a reader needs least go first (--json always holds every field). In a pipe or a file
-    # with COLUMNS unset there is no width to fit: every column is kept at its natural width, no cell cut.
+    # On a terminal the table must fit its width (80 columns, as in docs/commands/kernels.md) with each config on one
+    # line: when it would not, the columns a reader needs least go first (--json always holds every field). In a pipe
+    # or a file with COLUMNS unset there is no width to fit: every column is kept at its natural width, no cell cut.
     def width(names: list[str]) -> int:
         return sum(max([len(n), *(len(Text.from_markup(c).plain) for c in cells[n])]) + 2 for n in names)
     natural = _natural(console)

@@ -120,6 +120,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_wide(imported)
     add_json(imported)
     imported.set_defaults(func=_cmd_import)
+    bench.usage = _usage(bench)
+
+
+def _usage(bench: argparse.ArgumentParser) -> str:
+    """``bench --help``'s usage: the bench's own options with no subcommand (argparse would draw ``import ...`` as if
+    it were required), then the one subcommand as a second form."""
+    formatter = bench._get_formatter()
+    actions = [a for a in bench._actions if not isinstance(a, argparse._SubParsersAction)]
+    formatter.add_usage(None, actions, bench._mutually_exclusive_groups, prefix="usage: ")
+    own = formatter.format_help().strip().removeprefix("usage: ").replace("%", "%%")
+    return f"{own}\n       %(prog)s import FILE [options]   (llama-bench/vLLM results: see `%(prog)s import --help`)"
 
 
 def _request(args: argparse.Namespace):

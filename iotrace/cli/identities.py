@@ -8,10 +8,25 @@ from pathlib import Path
 from typing import Any
 
 from iotrace.argtypes import binary_count, bits, si_number
-from iotrace.cli.output import OneLineParser, add_card, add_json, console, emit
+from iotrace.cli.output import (
+    OneLineParser,
+    add_card,
+    add_json,
+    add_output,
+    console,
+    emit,
+    finite_json,
+    output_format,
+    text_of,
+    write_output,
+)
 from iotrace.errors import InvalidValueError
 
-__all__ = ["register"]
+__all__ = ["OCCUPANCY_WRITES", "register"]
+
+#: What ``occupancy -o FILE`` writes, by extension: the what-if curves as a plotly page (.html) or an image (.png,
+#: .svg; kaleido and Chromium), or the answer itself as JSON (with the curves), Markdown or the terminal's text.
+OCCUPANCY_WRITES = ("html", "png", "svg", "json", "md", "term")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -120,7 +135,8 @@ def _add_occupancy_args(occ: argparse.ArgumentParser) -> None:
     occ.add_argument("--no-optin", action="store_true",
                      help="the kernel did not opt in to more than 48 KB of shared memory per block")
     occ.add_argument("--curves", action="store_true", help="include the what-if curves (with --json)")
-    occ.add_argument("-o", "--output", type=Path, metavar="FILE.html", help="write the what-if curves as a plotly page")
+    add_output(occ, OCCUPANCY_WRITES, "the what-if curves (.html: a plotly page; .png/.svg: an image) or the answer "
+                                      "(.json with the curves, .md, .txt), besides printing it,")
     add_json(occ)
     occ.set_defaults(func=_cmd_occupancy)
 
@@ -262,27 +278,50 @@ def _cmd_occupancy(args: argparse.Namespace) -> None:
     from iotrace.occupancy import curve_block_size, curve_registers, curve_shared_mem, occupancy
     from iotrace.render.console import print_occupancy
 
+    # The file's format, from its extension, before any work: a name it cannot write is refused first.
+    fmt = None if args.output is None else output_format("iotrace occupancy", args.output, OCCUPANCY_WRITES,
+                                                         default=None)
+    if fmt in ("png", "svg"):
+        from iotrace.render.image_export import check_export
+
+        check_export()  # kaleido and a browser are there
     cc = args.cc if args.cc is not None else _card_or_none(args.card).sm_limits
     result = occupancy(cc, args.threads, args.regs, args.smem_static, args.smem_dynamic,
                        smem_reserved=args.smem_reserved, carveout_pct=args.carveout_pct,
                        smem_config=args.smem_config, barriers=args.barriers, smem_optin=not args.no_optin)
     data = result.to_dict()
+    curves = {name: [vars(p) for p in build(result)] for name, build in
+              (("block_size", curve_block_size), ("registers", curve_registers), ("shared_mem", curve_shared_mem))}
     if args.curves:
-        data["curves"] = {name: [vars(p) for p in build(result)] for name, build in
-                          (("block_size", curve_block_size), ("registers", curve_registers),
-                           ("shared_mem", curve_shared_mem))}
-    if args.output is not None:
-        _write_figure(args.output, result)
+        data["curves"] = curves
+    if args.output is not None and fmt is not None:
+        _write_occupancy(args.output, fmt, result, {**data, "curves": curves})
     emit(args, data, lambda: print_occupancy(console(), result))
     if args.output is not None and not args.json:
         print(f"wrote {args.output}")
 
 
-def _write_figure(path: Path, result: Any) -> None:
-    from iotrace.render.html_figure import write_html
-    from iotrace.render.occupancy_figure import occupancy_figure
+def _write_occupancy(path: Path, fmt: str, result: Any, data: dict[str, Any]) -> None:
+    """``occupancy -o PATH`` as ``fmt`` (:data:`OCCUPANCY_WRITES`); "wrote PATH" is printed after the answer."""
+    import json
 
-    write_html(occupancy_figure(result), path)
+    if fmt in ("html", "png", "svg"):
+        from iotrace.render.html_figure import write_figure
+        from iotrace.render.occupancy_figure import occupancy_figure
+
+        write_figure(occupancy_figure(result), path, fmt)
+        return
+    if fmt == "json":
+        text = json.dumps(finite_json(data), indent=2, allow_nan=False)
+    elif fmt == "md":
+        from iotrace.render.occupancy_figure import occupancy_markdown
+
+        text = occupancy_markdown(result)
+    else:
+        from iotrace.render.console import print_occupancy
+
+        text = text_of(lambda c: print_occupancy(c, result))
+    write_output(path, text, announce=False)  # the command says "wrote PATH" after its answer
 
 
 def _cmd_tour(args: argparse.Namespace) -> None:

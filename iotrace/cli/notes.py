@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from iotrace.cli.output import OneLineParser, add_card, add_json, emit
-from iotrace.errors import InvalidValueError, StaleNotesError
+from iotrace.cli.output import OneLineParser, add_card, add_json, emit, output_format
+from iotrace.errors import StaleNotesError
 
 __all__ = ["register"]
 
@@ -45,8 +45,7 @@ def _cmd_note(args: argparse.Namespace) -> None:
     from iotrace.notes.images import figure_problem, left_out_notice
     from iotrace.notes.writing import write_note
 
-    if args.output.suffix != ".md":
-        raise InvalidValueError(f"-o {args.output} is not a .md file", "name the note NAME.md")
+    output_format("iotrace note", args.output, ("md",), default=None)  # a note is Markdown: -o NAME.md, nothing else
     # A missing browser (or kaleido) costs the figures, not the note: the Markdown is the point, and the figures can
     # be added by rerunning once the browser is there. Checked first, so the note links no image it lacks.
     missing = None if args.no_images else figure_problem()

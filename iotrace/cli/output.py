@@ -1,5 +1,5 @@
-"""What every command shares: the one-line-error parser, the ``--json``/``--card`` flags, and writing a result as
-JSON or for a person."""
+"""What every command shares: the one-line-error parser, the ``--json``/``--card``/``--wide``/``--names`` flags, the
+format ``-o FILE`` writes (:func:`output_format`, from its extension), and writing a result as JSON or for a person."""
 
 from __future__ import annotations
 
@@ -7,10 +7,15 @@ import argparse
 import json
 import math
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["EXIT_USAGE", "OneLineParser", "add_card", "add_json", "add_wide", "console", "emit", "finite_json"]
+from iotrace.errors import InvalidValueError
+
+__all__ = ["EXIT_USAGE", "EXTENSIONS", "SUFFIXES", "OneLineParser", "add_card", "add_json", "add_names", "add_output",
+           "add_wide", "console", "emit", "finite_json", "output_format", "text_of", "write_output"]
 
 #: Exit code for every error the user can cause (argparse uses the same).
 EXIT_USAGE = 2
@@ -23,7 +28,9 @@ NEGATIVE_NUMBER = re.compile(r"^-(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``iotrace math decode: error: ... (see --help)`` and exit 2."""
+    """argparse with one-line errors, the same prefix as every other error of the CLI (``iotrace: error: ...``) and
+    the command's help named: ``iotrace: error: argument --bits: ... (see `iotrace math decode --help`)``, exit 2.
+    Every parser of the CLI is one of these (the subcommands' through ``parser_class``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -31,7 +38,26 @@ class OneLineParser(argparse.ArgumentParser):
         self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USAGE, f"iotrace: error: {message} (see `{self.prog} --help`)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        # argparse reports arguments no parser knew from the top parser, so the message named `iotrace --help`; name
+        # the help of the command they were given to instead.
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The deepest (sub)command parser ``parsed`` went through."""
+        parser: argparse.ArgumentParser = self
+        while True:
+            sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            name = None if sub is None else getattr(parsed, sub.dest, None)
+            if sub is None or name not in sub.choices:
+                return parser
+            parser = sub.choices[name]
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +71,90 @@ def add_card(parser: argparse.ArgumentParser, required_hint: str = "") -> None:
 
 def add_wide(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wide", action="store_true",
-                        help="full kernel names, no cell cut to fit the terminal (what a pipe or a file gets)")
+                        help="draw as into a pipe or a file: no cell cut to fit the terminal, each table as wide as "
+                             "its cells need")
+
+
+def add_names(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--names", choices=("short", "full"), default="short",
+                        help="kernel names in text tables: short (default: a long demangled name as its base name, "
+                             "e.g. cutlass::Kernel, and a key; the full names listed once below the table) or full "
+                             "(whole, in the table)")
+
+
+#: What ``-o FILE`` writes, by the file's extension: the format names ``--format`` takes (``term``: the text a
+#: terminal shows, without colour).
+EXTENSIONS = {".txt": "term", ".md": "md", ".html": "html", ".htm": "html", ".json": "json", ".png": "png",
+              ".svg": "svg"}
+#: The extension each format is named with, in messages, and what a person calls it.
+SUFFIXES = {"term": ".txt", "md": ".md", "html": ".html", "json": ".json", "png": ".png", "svg": ".svg"}
+_CALLED = {"term": "text", "md": "Markdown", "html": "HTML", "json": "JSON", "png": "PNG", "svg": "SVG"}
+
+
+def add_output(parser: argparse.ArgumentParser, writes: Sequence[str], what: str = "") -> None:
+    """``-o/--output FILE``: what it writes follows its extension (:func:`output_format`)."""
+    listed = ", ".join(SUFFIXES[f] for f in writes)
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help=f"write {what or 'the result'} to FILE, in the format its extension names ({listed})")
+
+
+def output_format(command: str, path: Path | None, writes: Sequence[str], given: str | None = None,
+                  default: str | None = "term", flag: str = "--format") -> str:
+    """The format a command writes: ``-o PATH``'s extension says it (``.txt``, ``.md``, ``.html``, ``.json``, ``.png``,
+    ``.svg``; :data:`EXTENSIONS`), or ``given`` (``--format``), or ``default``.
+
+    One :class:`InvalidValueError` line (exit 2) when the extension names a format ``command`` cannot write (naming
+    the file and the extensions it can), when ``given`` and the extension disagree (``--format md -o x.html``), and
+    when ``PATH`` has no extension and neither ``given`` nor ``default`` says a format. ``writes``: the formats the
+    command can write, in the order its messages list them.
+    """
+    if path is None:
+        return given or default or writes[0]
+    can = ", ".join(SUFFIXES[f] for f in writes)
+    suffix = path.suffix.lower()
+    if not suffix:
+        if given or default:
+            return given or default  # type: ignore[return-value]
+        raise InvalidValueError(f"-o {path} has no extension, so it says no format",
+                                f"name it FILE{SUFFIXES[writes[0]]} ({command} writes {can})")
+    fmt = EXTENSIONS.get(suffix)
+    if fmt is None or fmt not in writes:
+        if len(writes) == 1:
+            raise InvalidValueError(f"-o {path} is not a {can} file ({command} writes {can} files only)",
+                                    f"name it {path.stem}{can}")
+        raise InvalidValueError(f"-o {path}: {command} cannot write a {suffix} file",
+                                f"it writes {can}: name the file with one of those extensions")
+    if given is not None and given != fmt:
+        said = f"{flag} {given}" if flag == "--format" else flag  # "--format md", "--json"
+        raise InvalidValueError(f"{said} and -o {path} disagree (a {suffix} file is {_CALLED[fmt]})",
+                                f"drop {flag}, or name the file FILE{SUFFIXES.get(given, '.' + given)}")
+    return fmt
+
+
+def write_output(path: Path | None, text: str, announce: bool = True) -> None:
+    """``text`` to stdout (``path`` None) or into ``path``, then "wrote PATH" on stdout (unless not ``announce``: a
+    command that prints its answer too says it after); an unwritable path is one :class:`InvalidValueError` line."""
+    if path is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    try:
+        path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise InvalidValueError(f"cannot write {path} ({exc.strerror or exc})", "choose a writable path") from exc
+    if announce:
+        print(f"wrote {path}")
+
+
+def text_of(draw: Callable[[Any], None]) -> str:
+    """What ``draw(console)`` prints, as plain text at natural width (what a file or a pipe gets: no cell cut, no
+    colour)."""
+    import io
+
+    from iotrace.render.console import make_console
+
+    drawn = make_console(file=io.StringIO(), record=True)
+    draw(drawn)
+    return drawn.export_text()
 
 
 def console(wide: bool = False):

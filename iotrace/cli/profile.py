@@ -153,8 +153,8 @@ def _print_report(export: Path | None, tables: Any, names: list[str], plan: RunP
         reason = f"iotrace: error: {exc}"
     except Exception as exc:  # a fault in the report must not hide a capture that is saved and sound
         reason = f"{type(exc).__name__}: {exc} (a bug in `iotrace report`)"
-    from iotrace.render.console import natural_output
-    from iotrace.trace.info import render_info, summarise
+    from iotrace.cli.report import info_text
+    from iotrace.trace.info import summarise
 
     print(f"report unavailable ({reason}); the export's summary instead:")
-    print(render_info(summarise(tables), wide=natural_output()))
+    print(info_text(summarise(tables)))

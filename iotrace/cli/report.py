@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from iotrace.argtypes import binary_count, key_values
-from iotrace.cli.output import add_json, add_wide, emit
+from iotrace.cli.output import SUFFIXES, add_json, add_names, add_wide, emit, output_format, text_of, write_output
 from iotrace.errors import InvalidValueError
 
 __all__ = ["FORMATS", "add_diff_arguments", "add_report_arguments", "diff_main", "register", "report_main"]
@@ -24,6 +23,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     info.add_argument("trace", type=Path, metavar="TRACE", help="the export; its format is found from its content")
     info.add_argument("--top", type=binary_count, default=10, help="how many kernels to list (default 10)")
     add_wide(info)
+    add_names(info)
     add_json(info)
     info.set_defaults(func=_cmd_info)
     report = commands.add_parser("report", help="warp stalls, roofline, occupancy and timeline of a profiler export, "
@@ -37,14 +37,33 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> None:
-    from iotrace.render.console import natural_output
-    from iotrace.trace.info import render_info, summarise
+    from iotrace.trace.info import summarise
     from iotrace.trace.loader import load
 
     if args.top < 0:
         raise InvalidValueError(f"--top {args.top} is negative", "give 0 or more")
     info = summarise(load(args.trace), top=args.top)
-    emit(args, info, lambda: print(render_info(info, wide=natural_output(args.wide))))
+    emit(args, info, lambda: print(info_text(info, wide=args.wide, names=args.names)))
+
+
+def info_text(info: dict[str, Any], wide: bool = False, names: str = "short") -> str:
+    """``iotrace info``'s summary for a person: each long kernel name as its base name and a key, the full names
+    listed once below (``names="full"``: whole, inline); in a terminal cut to fit unless ``wide``."""
+    from iotrace.render.console import natural_output
+    from iotrace.trace.info import render_info
+    from iotrace.trace.render.fmt import short
+    from iotrace.trace.render.names import NameKeys
+
+    natural = natural_output(wide)
+    keys = NameKeys(full=names == "full")
+    shown = {**info, "top_kernels": [{**k, "name": keys.cell(k["name"])} for k in info.get("top_kernels", [])]}
+    text = render_info(shown, wide=natural)
+    listed = [f"[{key}] {name}" for key, name in keys.take()]
+    if not natural:
+        import shutil
+
+        listed = [short(line, max(shutil.get_terminal_size().columns - 6, 20)) for line in listed]
+    return "\n".join([text, *(f"      {line}" for line in listed)])
 
 
 def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
@@ -52,9 +71,11 @@ def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
     parser.add_argument("--card", metavar="NAME",
                         help="a CardBook card for ceilings and compute capability (default: the file's device)")
     parser.add_argument("--format", choices=formats, default=None, help=f"output format (default term; "
-                        f"{', '.join(formats)})")
+                        f"{', '.join(formats)}); with -o FILE its extension says it")
     parser.add_argument("--json", action="store_true", help="shorthand for --format json")
-    parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write to this file instead of stdout")
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help="write to FILE instead of stdout, in the format its extension names ("
+                             + ", ".join(SUFFIXES[f] for f in formats) + "; --format, when given, must agree)")
     parser.add_argument("--ceilings", choices=("auto", "file", "card"), default="auto",
                         help="roofline ceilings: the file's own *.peak_sustained (file), the card (card), or the "
                              "file's where present, else the card's (auto, default)")
@@ -66,6 +87,7 @@ def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
                              "registers, shared memory) are one row with their count, min/median/max time and "
                              "averaged counters")
     add_wide(parser)
+    add_names(parser)
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,12 +122,15 @@ def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
     _common(parser, DIFF_FORMATS)
 
 
-def _format(args: argparse.Namespace) -> str:
+def _format(args: argparse.Namespace, command: str, formats: tuple[str, ...]) -> str:
+    """The format to write: ``-o FILE``'s extension, ``--format`` or ``--json`` (which must agree with it), else the
+    terminal's text."""
+    given = args.format
     if args.json:
         if args.format not in (None, "json"):
             raise InvalidValueError(f"--json and --format {args.format} disagree", "give one of them")
-        return "json"
-    return args.format or "term"
+        given = "json"
+    return output_format(command, args.output, formats, given, flag="--json" if args.json else "--format")
 
 
 def _build(args: argparse.Namespace, trace: Path, **extra: Any):
@@ -116,40 +141,32 @@ def _build(args: argparse.Namespace, trace: Path, **extra: Any):
                         each_launch=args.each_launch, **extra)
 
 
-def _write(path: Path | None, text: str) -> None:
-    if path is None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        return
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InvalidValueError(f"cannot write {path} ({exc.strerror or exc})", "choose a writable path") from exc
-    print(f"wrote {path}")
+_write = write_output
 
 
 def _terminal_text(draw: Any, to_file: bool, wide: bool = False) -> str | None:
     """Draw with rich: to the terminal (at its width; natural width with ``wide`` or into a pipe), or captured as
-    plain text at natural width for -o (a file, like a pipe, gets every name in full)."""
+    plain text at natural width for -o (a file, like a pipe, gets every cell whole)."""
     from iotrace.render.console import make_console
 
     if not to_file:
         draw(make_console(wide=wide))
         return None
-    import io
-
-    console = make_console(file=io.StringIO(), record=True)
-    draw(console)
-    return console.export_text()
+    return text_of(draw)
 
 
 def report_main(args: argparse.Namespace) -> None:
-    fmt = _format(args)
+    fmt = _format(args, "iotrace report", FORMATS)
     if args.details < 0:
         raise InvalidValueError(f"--details {args.details} is negative", "give 0 or more")
     if fmt in ("html", "png", "svg") and args.output is None:
         raise InvalidValueError(f"--format {fmt} writes a file", f"give -o FILE.{fmt}")
     if args.images and (fmt != "md" or args.output is None):
         raise InvalidValueError("--images needs --format md and -o FILE.md", "the PNGs are written beside the file")
+    if fmt in ("png", "svg") or args.images:
+        from iotrace.render.image_export import check_export
+
+        check_export()  # kaleido and a browser are there, before the trace is read
     if len(args.trace) > 1 or args.trace[0].is_dir():
         _ranks_main(args, fmt)
         return
@@ -161,7 +178,8 @@ def report_main(args: argparse.Namespace) -> None:
     elif fmt == "term":
         from iotrace.trace.render.terminal import print_report
 
-        text = _terminal_text(lambda c: print_report(c, report, args.details), args.output is not None, args.wide)
+        text = _terminal_text(lambda c: print_report(c, report, args.details, args.names), args.output is not None,
+                              args.wide)
         if text is not None:
             _write(args.output, text)
     elif fmt == "md":
@@ -172,7 +190,7 @@ def report_main(args: argparse.Namespace) -> None:
             from iotrace.trace.render.image import write_figures
 
             images = write_figures(report, args.output.with_suffix(""), "png")
-        _write(args.output, report_markdown(report, args.details, images))
+        _write(args.output, report_markdown(report, args.details, images, args.names))
     elif fmt == "html":
         from iotrace.trace.render.html import report_html
 
@@ -214,11 +232,12 @@ def _ranks_main(args: argparse.Namespace, fmt: str) -> None:
     if fmt == "json":
         _write(args.output, render.ranks_json(report))
     elif fmt == "md":
-        _write(args.output, render.ranks_markdown(report))
+        _write(args.output, render.ranks_markdown(report, args.names))
     elif fmt == "html":
         _write(args.output, render.ranks_html(report))
     else:
-        text = _terminal_text(lambda c: render.print_ranks(c, report), args.output is not None, args.wide)
+        text = _terminal_text(lambda c: render.print_ranks(c, report, args.names), args.output is not None,
+                              args.wide)
         if text is not None:
             _write(args.output, text)
 
@@ -234,7 +253,7 @@ def print_terminal(report: Any, details: int = 5) -> None:
 def diff_main(args: argparse.Namespace) -> None:
     from iotrace.trace.reports.diff import diff_reports
 
-    fmt = _format(args)
+    fmt = _format(args, "iotrace diff", DIFF_FORMATS)
     diff = diff_reports(_build(args, args.before), _build(args, args.after))
     if fmt == "json":
         from iotrace.trace.render.jsonout import dumps
@@ -243,10 +262,10 @@ def diff_main(args: argparse.Namespace) -> None:
     elif fmt == "md":
         from iotrace.trace.render.markdown import diff_markdown
 
-        _write(args.output, diff_markdown(diff))
+        _write(args.output, diff_markdown(diff, args.names))
     else:
         from iotrace.trace.render.terminal import print_diff
 
-        text = _terminal_text(lambda c: print_diff(c, diff), args.output is not None, args.wide)
+        text = _terminal_text(lambda c: print_diff(c, diff, args.names), args.output is not None, args.wide)
         if text is not None:
             _write(args.output, text)

@@ -20,16 +20,19 @@ from typing import TYPE_CHECKING
 
 from iotrace.argtypes import binary_count, key_values, si_number
 from iotrace.autotune.cache import default_path
-from iotrace.cli.output import add_card, finite_json
+from iotrace.cli.output import add_card, add_output, finite_json, output_format, text_of, write_output
 from iotrace.errors import InvalidValueError, IotraceError
-from iotrace.render.html_figure import check_html_path
 
 if TYPE_CHECKING:
     from iotrace.autotune.result import TuneResult
     from iotrace.autotune.tuner import Progress, TuneOptions
     from iotrace.plugins.spec import KernelSpec
 
-__all__ = ["TuneInterrupted", "add_arguments", "main"]
+__all__ = ["TUNE_WRITES", "TuneInterrupted", "add_arguments", "main"]
+
+#: What ``tune -o FILE`` writes, by extension: the chart of time against occupancy and against the predicted time as a
+#: plotly page (.html) or an image (.png, .svg; kaleido and Chromium), or the result as JSON or the terminal's text.
+TUNE_WRITES = ("html", "png", "svg", "json", "term")
 
 
 class TuneInterrupted(IotraceError):
@@ -76,8 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=binary_count, metavar="N", help="compile workers (default: one per CPU core)")
     parser.add_argument("--seed", type=binary_count, metavar="N", help="seed of the inputs and of random search")
     parser.add_argument("--rows", type=binary_count, default=15, metavar="N", help="table rows to show (default 15)")
-    parser.add_argument("-o", "--output", type=Path, metavar="FILE.html",
-                        help="write a chart of time against occupancy and against the predicted time")
+    add_output(parser, TUNE_WRITES, "a chart of time against occupancy and against the predicted time (.html, .png, "
+                                    ".svg) or the result (.json, .txt), besides printing it,")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                         help="tune on a Ray cluster: compiles on its CPUs, one measuring worker per GPU, one tune per "
@@ -87,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from iotrace.autotune.export import export_best
-    from iotrace.autotune.render import BarProgress, print_tune, write_figure
+    from iotrace.autotune.render import BarProgress, print_tune
     from iotrace.autotune.tuner import TuneOptions, tune, tune_from_sweep
     from iotrace.cards import detect
     from iotrace.kernel_call import KernelCall
@@ -99,8 +102,12 @@ def main(args: argparse.Namespace) -> None:
         raise InvalidValueError(f"--jobs {args.jobs} starts no compile worker", "give --jobs 1 or more")
     if args.rows < 0:
         raise InvalidValueError(f"--rows {args.rows} is negative", "give 0 or more")
-    if args.output is not None:
-        check_html_path(args.output)  # before minutes of compiling, not after
+    # The file's format, from its extension, before minutes of compiling, not after.
+    fmt = None if args.output is None else output_format("iotrace tune", args.output, TUNE_WRITES, default=None)
+    if fmt in ("png", "svg"):
+        from iotrace.render.image_export import check_export
+
+        check_export()  # kaleido and a browser are there
     options = TuneOptions(strategy=args.strategy, budget=args.budget, time_s=args.time,
                           mode="static" if args.static else None, verify_top=args.verify, replay=args.replay,
                           record=args.record, cache=args.cache, use_cache=not args.no_cache, fix=args.fix or {},
@@ -129,8 +136,8 @@ def main(args: argparse.Namespace) -> None:
         where = str(args.cache or default_path())
         raise TuneInterrupted(f"interrupted: every result measured so far is saved in {where}",
                               "run the same command again to resume where it stopped") from None
-    if args.output is not None:
-        write_figure(results[0], args.output)  # one card type only (checked in _on_ray)
+    if args.output is not None and fmt is not None:
+        _write(results[0], args.output, fmt, args.rows)  # one card type only (checked in _on_ray)
     exported = [export_best(result, args.export) for result in results] if args.export is not None else []
     if args.json:
         # One tune: its object, as always; a cluster with several card types: one object per card type.
@@ -143,6 +150,23 @@ def main(args: argparse.Namespace) -> None:
         console.print(f"wrote {args.output}")
     if exported:
         console.print(f"exported the best config to {args.export} (load it with {'IOTRACE_TUNED'}={args.export})")
+
+
+def _write(result: TuneResult, path: Path, fmt: str, rows: int) -> None:
+    """``tune -o PATH`` as ``fmt`` (:data:`TUNE_WRITES`); "wrote PATH" is printed after the table."""
+    if fmt in ("html", "png", "svg"):
+        from iotrace.autotune.render import tune_figure
+        from iotrace.render.html_figure import write_figure
+
+        write_figure(tune_figure(result), path, fmt)
+        return
+    if fmt == "json":
+        text = json.dumps(finite_json(result.to_dict()), indent=2, allow_nan=False)
+    else:
+        from iotrace.autotune.render import print_tune
+
+        text = text_of(lambda c: print_tune(c, result, rows))
+    write_output(path, text, announce=False)  # the command says "wrote PATH" after its answer
 
 
 def _on_ray(args: argparse.Namespace, spec: KernelSpec, options: TuneOptions,

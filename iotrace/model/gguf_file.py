@@ -162,8 +162,27 @@ def _open(path: Path, resolved: Path, size: int, mtime_ns: int) -> GGUFModel:
     vocab_field = reader.fields.get("llama.vocab_size")
     vocab = int(vocab_field.contents()) if vocab_field is not None else len(_field(reader, path,
                                                                                     "tokenizer.ggml.tokens"))
+    # The name a person is shown. general.name is what llama.cpp's converter title-cased from the checkpoint's folder
+    # (the pinned file says "Smollm2 135M 8k Lc100K Mix1 Ep2": the base name, the size and a training-run tag), so it
+    # is only the last resort. The metadata says which model the file holds (general.basename, general.size_label):
+    # a renamed file cannot change that, so it comes first. It keeps neither the spelling nor the variant, though
+    # ("smollm2", "135M"); a file name that agrees with it (it contains the base name and the size label, as the GGUF
+    # naming convention <BaseName>-<SizeLabel>-<FineTune>-<Version>-<Encoding> has it) gives both, less its encoding:
+    # "SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct". A file name that does not agree: base name and size;
+    # no base name: general.name, else the file's name.
+    import re
+
+    basename = str(_field(reader, path, "general.basename", "")).strip()
+    size_label = str(_field(reader, path, "general.size_label", "")).strip()
+    stem = re.sub(r"[.-](?:I?Q\d\w*|B?F16|F32|FP16|FP32)$", "", path.stem, flags=re.IGNORECASE)
+    if basename and basename.lower() in stem.lower() and size_label.lower() in stem.lower():
+        display_name = stem
+    elif basename:
+        display_name = "-".join(part for part in (basename, size_label) if part)
+    else:
+        display_name = str(_field(reader, path, "general.name", stem))
     config = LlamaConfig(
-        name=str(_field(reader, path, "general.name", path.stem)),
+        name=display_name,
         layers=int(_field(reader, path, "llama.block_count")),
         hidden=hidden, heads=heads, kv_heads=int(_field(reader, path, "llama.attention.head_count_kv", heads)),
         head_dim=head_dim, intermediate=int(_field(reader, path, "llama.feed_forward_length")), vocab=vocab,

@@ -12,26 +12,39 @@ from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.rule import Rule
 from rich.table import Table
+from rich.text import Text
 
 from iotrace.cards import Card
 from iotrace.derivations import Derivation, num
 from iotrace.errors import IotraceError
 from iotrace.occupancy import LIMIT_NAMES, OccupancyResult
 
-__all__ = ["NATURAL_WIDTH", "RULE_WIDTH", "is_natural", "make_console", "natural_output", "print_card", "print_cards",
-           "print_derivation", "print_occupancy"]
+__all__ = ["NATURAL_WIDTH", "PROSE_WIDTH", "RULE_WIDTH", "TABLE_WIDTH", "is_natural", "make_console", "natural_output",
+           "print_card", "print_cards", "print_derivation", "print_occupancy"]
 
-#: The width a console draws at in natural-width mode: wide enough that no table is cut to fit and no line wraps.
-#: Tables do not expand (none sets ``expand``), so each is drawn at the width its longest cells need, no wider.
-NATURAL_WIDTH = 100_000
-#: What fills the whole width at natural width (a rule) is drawn this wide instead: the reports' design width.
+#: The width a console draws prose at in natural-width mode (a pipe, a file, ``--wide``): a sentence up to this long
+#: stays on one line (so it can be grepped whole); a longer one wraps between words, never cut.
+NATURAL_WIDTH = 200
+#: A table is drawn at the width its cells need, up to this; a wider one wraps its prose columns between words to fit,
+#: the other columns whole, so no cell is ever cut (see :meth:`_PipeSafeConsole.table_width`). Tables do not expand
+#: (none sets ``expand``), so a narrow table stays narrow: no row is padded out to the console's width.
+TABLE_WIDTH = 200
+#: A prose column of a table wider than :data:`TABLE_WIDTH` wraps down to this width, not narrower (nor below its
+#: longest word): a paragraph a few words wide reads worse than a wider table.
+PROSE_WIDTH = 40
+#: What fills the whole width at natural width (a rule) is drawn this wide instead, or as wide as its title needs: the
+#: reports' design width.
 RULE_WIDTH = 100
+#: The width a table is measured at before it is fitted: wider than any real table, so nothing is squeezed.
+_UNBOUNDED = 1_000_000
 
 
 class _PipeSafeConsole(Console):
-    """A console that lets a closed pipe (``iotrace cards | head``) end the command quietly, not with exit 1."""
+    """A console that lets a closed pipe (``iotrace cards | head``) end the command quietly, not with exit 1; at natural
+    width it draws each table and rule as wide as it needs (see :data:`NATURAL_WIDTH`), so no cell or title is cut."""
 
     #: Drawn at natural width (a pipe, a file, ``--wide``): renderers then cut no cell and no name.
     natural: bool = False
@@ -41,10 +54,71 @@ class _PipeSafeConsole(Console):
         raise BrokenPipeError
 
     def print(self, *objects: Any, **options: Any) -> None:
-        # A rule spans the console's width: at natural width that would be a line of 100 000 dashes (`iotrace tour`).
-        if self.natural and options.get("width") is None and any(isinstance(o, Rule) for o in objects):
-            options["width"] = RULE_WIDTH
-        super().print(*objects, **options)
+        if not self.natural or options.get("width") is not None:
+            super().print(*objects, **options)
+            return
+        options.pop("width", None)
+        if len(objects) > 1 and any(isinstance(o, (Table, Rule)) for o in objects):
+            for obj in objects:  # each table or rule at its own width
+                self.print(obj, **options)
+            return
+        width = None
+        if objects and isinstance(objects[0], Table):
+            width = self.table_width(objects[0])
+        elif objects and isinstance(objects[0], Rule):
+            # A rule spans the console's width: drawn at the design width, or wider where its title needs it (rich
+            # would cut the title with an ellipsis: `iotrace tour | cat`).
+            title = objects[0].title
+            size = title.cell_len if isinstance(title, Text) else Text.from_markup(str(title)).cell_len
+            width = max(RULE_WIDTH, size + 6) if size else RULE_WIDTH
+        if width is None or width == self.width:
+            super().print(*objects, **options)
+        elif width < self.width:
+            super().print(*objects, width=width, **options)
+        else:
+            # Console.print clamps ``width`` to the console's: widen the console for this one renderable.
+            saved = self.width
+            self.width = width
+            try:
+                super().print(*objects, **options)
+            finally:
+                self.width = saved
+
+    def table_width(self, table: Table) -> int:
+        """The width ``table`` is drawn at here: its natural width up to :data:`TABLE_WIDTH`. A wider table is fitted
+        to that by wrapping its prose columns between words, widest first, never below :data:`PROSE_WIDTH` or their
+        longest word; every other column keeps its natural width, so no cell is cut or folded mid-word (rich's own
+        fitting shrinks every wrappable column alike, folding file and kernel names). Where that is not enough the
+        table is wider than :data:`TABLE_WIDTH`. The fitted widths are set on the table's columns."""
+        options = self.options.update_width(_UNBOUNDED)
+        natural = Measurement.get(self, options, table).maximum
+        if natural <= TABLE_WIDTH:
+            return natural
+        try:  # rich's per-column measure (private, stable since rich 10)
+            measures = [table._measure_column(self, options, column) for column in table.columns]
+            padding = [table._get_padding_width(column._index) for column in table.columns]
+        except AttributeError:  # a rich without it: draw the table whole
+            return natural
+        widths = [m.maximum for m in measures]
+        floors = [max(m.minimum, min(m.maximum, PROSE_WIDTH)) if not c.no_wrap and c.width is None else m.maximum
+                  for c, m in zip(table.columns, measures, strict=True)]
+        excess = natural - TABLE_WIDTH
+        while excess > 0:
+            shrinkable = [i for i, w in enumerate(widths) if w > floors[i]]
+            if not shrinkable:
+                break
+            top = max(widths[i] for i in shrinkable)
+            widest = [i for i in shrinkable if widths[i] == top]
+            below = max([widths[i] for i in shrinkable if widths[i] < top] + [max(floors[i] for i in widest)])
+            step = max(1, min(top - below, -(-excess // len(widest))))
+            for i in widest:
+                cut = min(step, widths[i] - floors[i], excess)
+                widths[i] -= cut
+                excess -= cut
+        for column, width, measure, pad in zip(table.columns, widths, measures, padding, strict=True):
+            if width < measure.maximum:
+                column.width = max(1, width - pad)
+        return natural - sum(m.maximum for m in measures) + sum(widths)
 
 
 def natural_output(wide: bool = False) -> bool:
@@ -173,10 +247,15 @@ def print_kernels(console: Console, rows: list[dict]) -> None:
                   title_justify="left")
     for column in ("kernel", "summary", "dtypes", "backends: configs", "presets"):
         table.add_column(column)
+    # Every preset at natural width (a pipe, a file, --wide: the column wraps, nothing is cut); a terminal gets the
+    # first three and the count, so each kernel stays a row or two.
+    whole = is_natural(console)
     for row in rows:
         spaces = ", ".join(f"{b}: {n}" for b, n in row["space_size"].items())
+        presets = list(row["presets"])
+        shown = presets if whole or len(presets) <= 3 else [*presets[:3], "…"]
         table.add_row(row["name"], row["summary"], " ".join(row["dtypes"]), spaces,
-                      f"{len(row['presets'])}: " + ", ".join(list(row["presets"])[:3]) + ", …")
+                      f"{len(presets)}: " + ", ".join(shown))
     console.print(table)
 
 

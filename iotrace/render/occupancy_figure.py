@@ -1,15 +1,15 @@
-"""Occupancy what-if curves as a plotly figure, like Nsight Compute's three occupancy graphs."""
+"""Occupancy what-if curves as a plotly figure, like Nsight Compute's three occupancy graphs; the answer as Markdown."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from iotrace.occupancy import OccupancyResult, curve_block_size, curve_registers, curve_shared_mem
+from iotrace.occupancy import LIMIT_NAMES, OccupancyResult, curve_block_size, curve_registers, curve_shared_mem
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["occupancy_figure"]
+__all__ = ["occupancy_figure", "occupancy_markdown"]
 
 
 def occupancy_figure(result: OccupancyResult) -> go.Figure:
@@ -37,3 +37,22 @@ def occupancy_figure(result: OccupancyResult) -> go.Figure:
                             f"limited by {', '.join(result.limiters) or '—'}  (modelled)",
                       template="plotly_white", height=420, width=1200)
     return fig
+
+
+def occupancy_markdown(r: OccupancyResult) -> str:
+    """The occupancy answer as Markdown (``iotrace occupancy -o FILE.md``): the launch, each limit, the steps."""
+    lines = ["# Occupancy (identity 6, modelled)", "",
+             f"CC {r.cc}: {r.threads_per_block} threads ({r.warps_per_block} warps) per block, "
+             f"{r.registers_per_thread} registers/thread, shared memory {r.smem_static} static + {r.smem_dynamic} "
+             f"dynamic + {r.smem_reserved} reserved = {r.allocated_smem_per_block} B allocated, SM carveout "
+             f"{r.smem_config // 1024} KB, {r.barriers} barrier(s).", "",
+             "| limit | blocks/SM | |", "|---|---:|---|"]
+    for name in LIMIT_NAMES:
+        mark = "binds" if name in r.limiters else ("not used" if name in r.unlimited else "")
+        lines.append(f"| {name} | {r.limits[name]} | {mark} |")
+    lines += ["", *(f"- {step}" for step in r.steps), "",
+              f"**occupancy = {r.occupancy_pct:.4g} %** ({r.active_warps_per_sm} of {r.max_warps_per_sm} warps, "
+              f"{r.active_blocks_per_sm} blocks per SM), limited by {', '.join(r.limiters) or '—'}."]
+    if r.reason:
+        lines += ["", f"Cannot launch: {r.reason}"]
+    return "\n".join(lines) + "\n"

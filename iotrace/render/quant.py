@@ -57,7 +57,8 @@ def _footer(data: dict[str, Any]) -> list[str]:
             lines.append("q4_1 re-quantises the baseline (itself Q4_1 in 32-blocks) to the same values: KL "
                          f"{r['quality']['kl_mean']:.2g}. Expected, not a bug: those blocks already hold 16 levels "
                          "between their min and max.")
-    lines.append(f"{data['seconds']:.1f} s.")
+    lines.append(f"quant took {data['seconds']:.1f} s (wall time: quantising and scoring every format; loading the "
+                 "model not counted).")
     return [line for line in lines if line]
 
 

@@ -86,7 +86,7 @@ def unmatched_notes(rows: list[dict[str, Any]]) -> list[str]:
         label = f"device {device} " if device is not None and device == device else "device "
         said = f" ({', '.join(facts)})" if facts else ""
         notes.append(f"{label}{name!r}{said} is not in the CardBook: its rooflines use the file's own properties; "
-                     "add a card for it to iotrace/data/cards.toml (see README: CardBook)")
+                     "add a card for it to iotrace/data/cards.toml (see docs/commands/cards.md: the CardBook)")
     return notes
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["bytes_", "duration", "missing", "num", "pct", "rate", "short"]
@@ -75,12 +76,14 @@ def gain_text(finding: Any) -> str:
     return f"saves up to {duration(gain.ns)} ({gain.fraction:.0%} of {whole})"
 
 
-def finding_where(finding: Any) -> str:
-    """The kernel a finding is about, with its share of the time: "#3 sgemm (42% of kernel time)"; "" for a file's."""
+def finding_where(finding: Any, name: Callable[[str], str] | None = None) -> str:
+    """The kernel a finding is about, with its share of the time: "#3 sgemm (42% of kernel time)"; "" for a file's.
+    ``name`` shows the kernel's name (default: cut to 60 characters)."""
     if finding.kernel_id is None:
         return ""
     share = "" if finding.share_pct is None else f" ({finding.share_pct:.0f}% of kernel time)"
-    return f"#{finding.kernel_id} {short(str(finding.kernel or ''), 60)}{share}"
+    kernel = str(finding.kernel or "")
+    return f"#{finding.kernel_id} {short(kernel, 60) if name is None else name(kernel)}{share}"
 
 
 def bound_text(roof: Any) -> str:

@@ -22,6 +22,7 @@ from iotrace.trace.render.fmt import (
     num,
     pct,
 )
+from iotrace.trace.render.names import NAME_WIDTH, base_name
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import cells as range_cells
 from iotrace.trace.render.range_table import legend as range_legend
@@ -68,7 +69,8 @@ def _findings(findings: list[Finding]) -> str:
     """Numbered, in the order given (a report's are ranked by the time they can save)."""
     parts = []
     for number, f in enumerate(findings, 1):
-        where = finding_where(f)
+        # A long name as its base name, not cut: the "#id" before it leads to the kernel table's row, which has it all.
+        where = finding_where(f, lambda name: name if len(name) <= NAME_WIDTH else base_name(name))
         evidence = "; ".join(ev.text() for ev in f.evidence)
         reasoning = f": {f.gain.reasoning}" if f.gain and f.gain.reasoning else ""
         parts.append(f'<div class="finding {f.severity}">{number}. <b>[{e(f.report)}]</b> '

@@ -1,4 +1,9 @@
-"""The report as Markdown: tables and findings, with the figures as images beside the file when asked."""
+"""The report as Markdown: tables and findings, with the figures as images beside the file when asked.
+
+No cell is cut: a long kernel name is shown as its base name and a key (``cutlass::Kernel [1]``; the rule:
+:mod:`iotrace.trace.render.names`), its full name listed once below the table or list that first shows it;
+``names="full"`` keeps every name whole in the tables.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from iotrace.trace.render.fmt import (
     pct,
     short,
 )
+from iotrace.trace.render.names import NameKeys
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import cells as range_cells
 from iotrace.trace.render.range_table import legend as range_legend
@@ -46,18 +52,32 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [*out, ""]
 
 
-def _findings(findings: list[Finding]) -> list[str]:
-    """Numbered, in the order given (a report's are ranked by the time they can save)."""
+def _keys(names: str | NameKeys | None) -> NameKeys:
+    return names if isinstance(names, NameKeys) else NameKeys(full=names == "full")
+
+
+def _legend(keys: NameKeys) -> list[str]:
+    """The full names keyed since the last legend, as a list under the table or list that keyed them."""
+    pending = keys.take()
+    if not pending:
+        return []
+    return ["Kernel names in full:", "", *(f"- \\[{key}\\] {md(name)}" for key, name in pending), ""]
+
+
+def _findings(findings: list[Finding], keys: NameKeys | None = None) -> list[str]:
+    """Numbered, in the order given (a report's are ranked by the time they can save); the long kernel names they key
+    listed after them."""
+    keys = keys if keys is not None else NameKeys()
     out = []
     for number, f in enumerate(findings, 1):
-        where = finding_where(f)
+        where = finding_where(f, keys.cell)
         out.append(f"{number}. **{md(f.report)}** {md(where) + ': ' if where else ''}{md(f.text)} *({f.basis})*")
         if f.try_next:
             out.append(f"   - next: {md(f.try_next)}")
         out.append(f"   - {md(gain_text(f))}" + (f": {md(f.gain.reasoning)}" if f.gain and f.gain.reasoning else ""))
         if f.evidence:
             out.append("   - evidence: " + md("; ".join(e.text() for e in f.evidence)))
-    return [*out, ""]
+    return [*out, "", *_legend(keys)]
 
 
 def _where_time_goes(report: Report) -> list[str]:
@@ -71,15 +91,15 @@ def _where_time_goes(report: Report) -> list[str]:
             *_table(["GPU", "span", "compute", "communication", "copies and sets", "idle"], rows)]
 
 
-def _top_findings(report: Report) -> list[str]:
+def _top_findings(report: Report, keys: NameKeys) -> list[str]:
     lines = [f"## {report.findings_title()}", "",
-             *(_findings(report.findings) if report.findings else ["none", ""])]
+             *(_findings(report.findings, keys) if report.findings else ["none", ""])]
     stored = report.stored_ranked()
     if stored:
         lines += [f"## {STORED_TITLE[0]} ({STORED_TITLE[1]})", ""]
-        lines += [f"{n}. \\#{row['kernel_id']} {md(row['kernel'], 60)}: "
+        lines += [f"{n}. \\#{row['kernel_id']} {md(keys.cell(row['kernel']))}: "
                   + ("" if row["saves_ns"] is None else f"~{duration(row['saves_ns'])} ") + md(row["text"])
-                  for n, row in enumerate(stored, 1)] + [""]
+                  for n, row in enumerate(stored, 1)] + ["", *_legend(keys)]
     return lines
 
 
@@ -88,12 +108,12 @@ def _range_rooflines(report: Report) -> list[str]:
     ranges = report.range_rooflines
     if ranges is None:
         return []
-    rows = [[md(cell, 80) for cell in range_cells(row)] for row in ranges.table.to_dict("records")]
+    rows = [[md(cell) for cell in range_cells(row)] for row in ranges.table.to_dict("records")]
     return [f"## {md(ranges.title())}", "", *_table(list(RANGE_HEADERS), rows),
             *[f"- {md(line)}" for line in range_legend(ranges)], ""]
 
 
-def _source_lines(report: Report, details: int) -> list[str]:
+def _source_lines(report: Report, details: int, keys: NameKeys) -> list[str]:
     """Per launch shown in detail, its top source lines (or SASS addresses) by stall samples; nothing without them."""
     detailed = {k.kernel_id for k in report.kernels[:details]}
     shown = [k for k in report.source_lines if k.kernel_id in detailed]
@@ -101,29 +121,33 @@ def _source_lines(report: Report, details: int) -> list[str]:
         return []
     lines = ["## Stall samples by source line (measured, PC sampling)", ""]
     for k in shown:
-        lines += [f"**#{k.kernel_id} {md(k.kernel, 100)}**: {md(k.title())}", ""]
+        lines += [f"**#{k.kernel_id} {md(keys.cell(k.kernel))}**: {md(k.title())}", "", *_legend(keys)]
         lines += _table(["where", "samples", "share", "top reason", "of it", "SASS", "source"],
                         [[md(line.location), f"{line.samples:,}", pct(line.share * 100, 0),
-                          md(reason(line.reason).label), pct(line.reason_share * 100, 0), md(line.sass or "—", 60),
-                          md(line.text or "—", 80)] for line in k.lines])
+                          md(reason(line.reason).label), pct(line.reason_share * 100, 0), md(line.sass or "—"),
+                          md(line.text or "—")] for line in k.lines])
         if k.advice:
             lines += [f"*{md(k.advice)}*", ""]
     return lines
 
 
-def report_markdown(report: Report, details: int = 5, images: dict[str, str] | None = None) -> str:
+def report_markdown(report: Report, details: int = 5, images: dict[str, str] | None = None,
+                    names: str | NameKeys = "short") -> str:
+    """The report as Markdown; ``names``: ``short`` (long kernel names as base name and key, listed in full below) or
+    ``full`` (whole in the tables)."""
+    keys = _keys(names)
     meta = report.meta
     lines = ["# iotrace report", "", f"{md(meta.get('source'))} — {md(meta.get('format'))} ({md(meta.get('tool'))}, "
              f"version {md(meta.get('version') or 'not stated')}); card: "
              f"{md(report.card.name if report.card else 'none')} ({md(report.card_source)})", "",
-             f"Counts: {md(counts_text(report.counts))}", "", *_where_time_goes(report), *_top_findings(report)]
+             f"Counts: {md(counts_text(report.counts))}", "", *_where_time_goes(report), *_top_findings(report, keys)]
     rows = []
     for k in report.kernels:
         occ = k.occupancy
         stall = next((f"{reason(r).label} {s * 100:.0f}%" for r, s in k.stall_shares().items()
                       if not reason(r).not_a_stall), "—")
         roof = k.roofline
-        rows.append([md(f"#{k.kernel_id} {k.name}", 70), md(smem_text(k.smem_bytes)), duration(k.duration_ns),
+        rows.append([md(f"#{k.kernel_id} {keys.cell(k.name)}"), md(smem_text(k.smem_bytes)), duration(k.duration_ns),
                      str(k.launches) if k.profiled else f"{k.launches} (not profiled)",
                      pct(None if occ is None else occ.theoretical_pct), pct(None if occ is None else
                                                                              occ.theoretical_pct_file),
@@ -132,6 +156,7 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
     lines += [f"## {md(report.kernels_title())}", ""]
     lines += _table(["kernel", "smem/block", "time", "launches", "theoretical (iotrace)", "theoretical (file)",
                      "achieved", "limiter", "top stall", "bound"], rows)
+    lines += _legend(keys)
     for name, path in (images or {}).items():
         lines += [f"![{md(name)}]({Path(path).name})", ""]
     for k in report.kernels[:details]:
@@ -139,7 +164,7 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
         roof = k.roofline
         if not (len(ranked) or roof is not None or k.stored_rules):
             continue  # nothing to detail: no heading without a body
-        lines += [f"### #{k.kernel_id} {md(k.name, 120)}", ""]
+        lines += [f"### #{k.kernel_id} {md(keys.cell(k.name))}", "", *_legend(keys)]
         if len(ranked):
             lines += _table(["stall reason (measured)", "value", "share", "what it means"],
                             [[md(reason(r["reason"]).label), num(r["value"]), pct(r["share"] * 100),
@@ -160,8 +185,9 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
     if line is not None:
         lines += ["## Timeline (measured)", ""]
         lines += _table(["share", "total", "launches", "kernel"],
-                        [[pct(r["share_pct"]), duration(r["total_ns"]), str(r["launches"]), md(r["name"], 80)]
+                        [[pct(r["share_pct"]), duration(r["total_ns"]), str(r["launches"]), md(keys.cell(r["name"]))]
                          for r in line.top_kernels.to_dict("records")])
+        lines += _legend(keys)
         for r in line.idle.to_dict("records"):
             lines += [f"GPU {r['device']}: idle {pct(r['idle_share'] * 100)} of {duration(r['span_ns'])}.", ""]
         graphs = line.graph_launches
@@ -186,20 +212,23 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
                           r["bound"] or "—"] for r in report.ops.to_dict("records")])
         lines += [f"- {md(f)}" for f in dict.fromkeys(report.ops["formula"])] + [""]
     lines += _range_rooflines(report)
-    lines += _source_lines(report, details)
+    lines += _source_lines(report, details, keys)
     if report.unavailable:
         lines += ["## Not available", ""] + [f"- {md(u['line'])}" for u in report.unavailable] + [""]
     return "\n".join(lines)
 
 
-def diff_markdown(diff: Diff) -> str:
+def diff_markdown(diff: Diff, names: str | NameKeys = "short") -> str:
+    """The diff as Markdown; ``names`` as in :func:`report_markdown`."""
+    keys = _keys(names)
     lines = ["# iotrace diff", "", f"before {md(diff.before.meta.get('source'))}, after "
              f"{md(diff.after.meta.get('source'))}", ""]
     for r in diff.kernels.to_dict("records"):
-        lines += [f"## {md(r['before'], 60)} → {md(r['after'], 60)}", "", f"matched by: {r['match']}", ""]
+        lines += [f"## {md(keys.cell(r['before']))} → {md(keys.cell(r['after']))}", "", *_legend(keys),
+                  f"matched by: {r['match']}", ""]
         rows = [["time per launch", duration(r["duration_ns_before"]), duration(r["duration_ns_after"]),
                  num(r["duration_ns_ratio"])]]
         rows += [[md(label), bytes_(r[f"{key}_before"]), bytes_(r[f"{key}_after"]), num(r[f"{key}_ratio"])]
                  for key, label in TRAFFIC.items() if r[f"{key}_before"] is not None or r[f"{key}_after"] is not None]
         lines += _table(["quantity", "before", "after", "after/before"], rows)
-    return "\n".join([*lines, "## Findings", "", *_findings(diff.findings)])
+    return "\n".join([*lines, "## Findings", "", *_findings(diff.findings, keys)])

@@ -17,9 +17,11 @@ from iotrace.trace.render.html import _findings as html_findings
 from iotrace.trace.render.html import _page, _row, e
 from iotrace.trace.render.jsonout import dumps
 from iotrace.trace.render.markdown import _findings as md_findings
+from iotrace.trace.render.markdown import _legend as md_legend
 from iotrace.trace.render.markdown import _table as md_table
 from iotrace.trace.render.markdown import md
-from iotrace.trace.render.terminal import _column, _findings, _name, _table
+from iotrace.trace.render.names import NameKeys
+from iotrace.trace.render.terminal import _column, _findings, _kernel, _keys, _legend, _table
 from iotrace.trace.reports.ranks_report import STRAGGLER_RULE, RankReport
 
 __all__ = [
@@ -107,7 +109,9 @@ def sources(report: RankReport) -> list[str]:
     return [f"{len(files)} files in {os.path.commonpath(files)}"]
 
 
-def print_ranks(console: Console, report: RankReport) -> None:
+def print_ranks(console: Console, report: RankReport, names: str | NameKeys = "short") -> None:
+    """The report across ranks in a terminal; ``names``: how kernel names are shown (``--names``: short or full)."""
+    keys = _keys(names)
     console.print(f"[bold]iotrace report across ranks[/]: {escape(report.ranks_line())}")
     for source in sources(report):
         console.print(f"  [dim]{escape(source)}[/]")
@@ -125,27 +129,31 @@ def print_ranks(console: Console, report: RankReport) -> None:
     for header in headers[1:]:
         table.add_column(header, justify="right", no_wrap=True)
     for cells in kernel_cells(report):
-        table.add_row(escape(_name(console, cells[0], 40)), *(escape(c) for c in cells[1:]))
+        table.add_row(escape(_kernel(console, keys, cells[0], 40)), *(escape(c) for c in cells[1:]))
     console.print(table)
+    _legend(console, keys)
     console.print()
     console.print("[bold]Stragglers[/]")
     for line in straggler_lines(report):
         console.print(f"  {escape(line)}")
-    _findings(console, report.findings)
+    _findings(console, report.findings, keys=keys)
     for note in report.notes:
         console.print(f" [dim]note: {escape(note)}[/]")
 
 
-def ranks_markdown(report: RankReport) -> str:
+def ranks_markdown(report: RankReport, names: str | NameKeys = "short") -> str:
+    """The report across ranks as Markdown; ``names`` as in :func:`iotrace.trace.render.markdown.report_markdown`."""
+    keys = _keys(names)
     lines = ["# iotrace report across ranks", "", md(report.ranks_line()), ""]
     lines += [f"- {md(source)}" for source in sources(report)] + [""]
     lines += ["## Per rank", "", "NCCL overlapped: the share of NCCL kernel time that overlaps compute (HTA).", ""]
     lines += md_table(list(SUMMARY_HEADERS), [[md(c) for c in row] for row in summary_cells(report)])
     lines += ["## Top kernels by time over all ranks", ""]
-    lines += md_table(kernel_headers(report), [[md(row[0], 100), *(md(c) for c in row[1:])]
+    lines += md_table(kernel_headers(report), [[md(keys.cell(row[0])), *(md(c) for c in row[1:])]
                                                for row in kernel_cells(report)])
+    lines += md_legend(keys)
     lines += ["## Stragglers", "", *(f"- {md(line)}" for line in straggler_lines(report)), ""]
-    lines += ["## Findings", "", *(md_findings(report.findings) if report.findings else ["none", ""])]
+    lines += ["## Findings", "", *(md_findings(report.findings, keys) if report.findings else ["none", ""])]
     lines += [f"*note: {md(note)}*" for note in report.notes]
     return "\n".join(lines) + "\n"
 

@@ -1,8 +1,11 @@
 """The report for a person at a terminal: rich tables readable at 100 columns.
 
-Every name from a trace is escaped for rich markup (a kernel called ``[bold]x[/]`` prints as typed). On a console
-at natural width (a pipe, a file, ``--wide``; see :func:`iotrace.render.console.is_natural`) nothing is cut: names
-are printed in full and no column is capped or ellipsised.
+Every name from a trace is escaped for rich markup (a kernel called ``[bold]x[/]`` prints as typed). A long kernel
+name is shown as its base name and a key (``cutlass::Kernel [1]``; the rule: :mod:`iotrace.trace.render.names`), its
+full name listed once below the table or list that first shows it; ``names="full"`` (``--names full``) keeps names
+whole in the tables. On a console at natural width (a pipe, a file, ``--wide``; see
+:func:`iotrace.render.console.is_natural`) nothing is cut: no column is capped or ellipsised and the full names are
+listed whole, one a line. In a terminal, cells and the listed names are cut to fit its width.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from iotrace.render.console import RULE_WIDTH, is_natural
+from iotrace.render.console import is_natural
 from iotrace.trace.info import counts_text
 from iotrace.trace.render.fmt import (
     STORED_TITLE,
@@ -29,6 +32,7 @@ from iotrace.trace.render.fmt import (
     pct,
     short,
 )
+from iotrace.trace.render.names import NameKeys
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import TERMINAL as RANGE_TERMINAL
 from iotrace.trace.render.range_table import cells as range_cells
@@ -39,10 +43,13 @@ from iotrace.trace.reports.report import KernelReport, Report
 from iotrace.trace.reports.stall_reasons import reason
 from iotrace.trace.reports.stalls import primary
 
-__all__ = ["DETAILS", "print_diff", "print_report"]
+__all__ = ["DETAILS", "NAMES", "print_diff", "print_report"]
 
 #: Kernels shown with their full stall, roofline and occupancy detail; the rest appear in the summary table.
 DETAILS = 5
+#: How kernel names are shown in tables (``--names``): ``short`` (base name and key, full names listed below) or
+#: ``full`` (whole, inline).
+NAMES = ("short", "full")
 
 
 def _table(title: str) -> Table:
@@ -55,6 +62,31 @@ def _name(console: Console, name: object, width: int) -> str:
     return " ".join(str(name).split()) if is_natural(console) else short(str(name), width)
 
 
+def _keys(names: str | NameKeys) -> NameKeys:
+    if isinstance(names, NameKeys):
+        return names
+    if names not in NAMES:
+        raise ValueError(f"names={names!r} is not one of {NAMES}")
+    return NameKeys(full=names == "full")
+
+
+def _kernel(console: Console, keys: NameKeys, name: object, width: int) -> str:
+    """A kernel name for a table or a line: its base name and key when long (see :class:`NameKeys`), cut to ``width``
+    for a terminal; never cut at natural width."""
+    cell = keys.cell(name)
+    return cell if is_natural(console) else short(cell, width)
+
+
+def _legend(console: Console, keys: NameKeys) -> None:
+    """The full names keyed since the last legend, one a line (``  [1] void cutlass::Kernel<...>(Params)``): whole at
+    natural width (each its own line, however long), cut to the width in a terminal."""
+    natural = is_natural(console)
+    for key, name in keys.take():
+        line = f"[{key}] {name}"
+        console.print("  " + escape(line if natural else short(line, max(console.width - 2, 20))), soft_wrap=natural,
+                      highlight=False)
+
+
 def _column(console: Console, table: Table, header: str, **options: Any) -> None:
     """``table.add_column``; at natural width without the caps (``max_width``, ellipsis) that fit it to a terminal."""
     if is_natural(console):
@@ -65,12 +97,12 @@ def _column(console: Console, table: Table, header: str, **options: Any) -> None
 
 
 def _rule(console: Console, title: str) -> None:
-    """A left-aligned rule: the terminal's width, or at natural width the design width (:data:`RULE_WIDTH`) or its
-    title's, where that is longer, so the title is never cut."""
+    """A left-aligned rule: the terminal's width, or at natural width the design width or its title's, where that is
+    longer, so the title is never cut (iotrace's console sizes a rule so: :mod:`iotrace.render.console`)."""
     if not is_natural(console):
         console.rule(title, align="left")
         return
-    console.print(Rule(title, align="left"), width=max(RULE_WIDTH, Text.from_markup(title).cell_len + 4))
+    console.print(Rule(title, align="left"))
 
 
 def _header(console: Console, report: Report) -> None:
@@ -83,7 +115,7 @@ def _header(console: Console, report: Report) -> None:
     console.print(f"  counts: {escape(counts_text(report.counts))}")
 
 
-def _summary(console: Console, report: Report) -> None:
+def _summary(console: Console, report: Report, keys: NameKeys) -> None:
     table = _table(report.kernels_title())
     _column(console, table, "# kernel", ratio=1, overflow="ellipsis", no_wrap=True, min_width=16, max_width=30)
     # Widths that fit 100 columns with the kernel name taking what is left.
@@ -92,7 +124,7 @@ def _summary(console: Console, report: Report) -> None:
                 no_wrap=True, min_width=width, max_width=width + 3, overflow="ellipsis")
     for k in report.kernels:
         if not k.profiled:
-            table.add_row(escape(f"{k.kernel_id} {_name(console, k.name, 60)}"), "—", str(k.launches),
+            table.add_row(escape(f"{k.kernel_id} {_kernel(console, keys, k.name, 60)}"), "—", str(k.launches),
                           "not profiled", "—", "—", "—")
             continue
         occ = k.occupancy
@@ -105,16 +137,19 @@ def _summary(console: Console, report: Report) -> None:
             bound += " (modelled)"
         theo = pct(None if occ is None else occ.theoretical_pct, 0)
         ach = pct(None if occ is None else occ.achieved_pct, 0)
-        table.add_row(escape(f"{k.kernel_id} {_name(console, k.name, 60)}"), duration(k.duration_ns), str(k.launches),
+        table.add_row(escape(f"{k.kernel_id} {_kernel(console, keys, k.name, 60)}"), duration(k.duration_ns),
+                      str(k.launches),
                       f"{theo}/{ach}",
                       escape(", ".join(occ.limiters) if occ is not None and occ.limiters else "—"),
                       escape(stall), bound)
     console.print(table)
+    _legend(console, keys)
 
 
-def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
+def _kernel_detail(console: Console, report: Report, k: KernelReport, keys: NameKeys) -> None:
     console.print()
-    _rule(console, f"[bold]#{k.kernel_id}[/] {escape(_name(console, k.name, 84))}")
+    _rule(console, f"[bold]#{k.kernel_id}[/] {escape(_kernel(console, keys, k.name, 84))}")
+    _legend(console, keys)
     grid = "×".join("?" if v is None else str(v) for v in k.grid)
     block = "×".join("?" if v is None else str(v) for v in k.block)
     console.print(f"  grid {grid}, block {block}, {k.registers if k.registers is not None else '?'} registers/thread, "
@@ -180,16 +215,18 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport) -> None:
     _stored_rules(console, k)
 
 
-def _findings(console: Console, findings: list[Finding], title: str = "Findings") -> None:
+def _findings(console: Console, findings: list[Finding], title: str = "Findings",
+              keys: NameKeys | None = None) -> None:
     """Findings in the order given (a report's are ranked by the time they can save), numbered, each with its kernel,
-    its gain, the evidence and the next step."""
+    its gain, the evidence and the next step; the long kernel names they key listed after them."""
     if not findings:
         return
+    keys = keys if keys is not None else NameKeys()
     console.print()
     console.print(f"[bold]{escape(title)}[/]")
     for number, f in enumerate(findings, 1):
         mark = "!" if f.severity == "warning" else "·"
-        where = finding_where(f)
+        where = finding_where(f, lambda name: _kernel(console, keys, name, 60))
         console.print(f" {number:>2}. {mark} {escape(f'[{f.report}]')} {escape(where + ': ' if where else '')}"
                       f"{escape(f.text)} [dim]({f.basis})[/]")
         if f.try_next:
@@ -198,6 +235,7 @@ def _findings(console: Console, findings: list[Finding], title: str = "Findings"
                                                          f.gain.reasoning else ""))
         if f.evidence:
             console.print("     evidence: " + escape("; ".join(e.text() for e in f.evidence)), style="dim")
+    _legend(console, keys)
 
 
 def _where_time_goes(console: Console, report: Report) -> None:
@@ -217,19 +255,20 @@ def _where_time_goes(console: Console, report: Report) -> None:
                       f"busiest streams {busiest}")
 
 
-def _top_findings(console: Console, report: Report) -> None:
+def _top_findings(console: Console, report: Report, keys: NameKeys) -> None:
     if not report.findings:
         console.print()
         console.print("[bold]Top findings[/]: none (no rule's condition holds here; docs/findings.md lists the rules)")
-    _findings(console, report.findings, report.findings_title())
+    _findings(console, report.findings, report.findings_title(), keys)
     stored = report.stored_ranked()
     if stored:
         console.print()
         console.print(f"[bold]{escape(STORED_TITLE[0])}[/] ({STORED_TITLE[1]})")
         for number, row in enumerate(stored, 1):
             saves = "" if row["saves_ns"] is None else f"~{duration(row['saves_ns'])} "
-            console.print(f" {number:>2}. #{row['kernel_id']} {escape(_name(console, row['kernel'], 40))}: "
+            console.print(f" {number:>2}. #{row['kernel_id']} {escape(_kernel(console, keys, row['kernel'], 40))}: "
                           f"{saves}{escape(row['text'])}")
+        _legend(console, keys)
 
 
 def _stored_rules(console: Console, k: KernelReport) -> None:
@@ -241,7 +280,7 @@ def _stored_rules(console: Console, k: KernelReport) -> None:
         console.print(f"   - {escape(rule.text())}")
 
 
-def _timeline(console: Console, report: Report) -> None:
+def _timeline(console: Console, report: Report, keys: NameKeys) -> None:
     line = report.timeline
     if line is None:
         return
@@ -252,11 +291,12 @@ def _timeline(console: Console, report: Report) -> None:
                 ratio=1 if col == "kernel" else None, overflow="ellipsis")
     for row in line.top_kernels.to_dict("records"):
         table.add_row(pct(row["share_pct"]), duration(row["total_ns"]), str(row["launches"]), duration(row["mean_ns"]),
-                      escape(_name(console, row["name"], 70)))
+                      escape(_kernel(console, keys, row["name"], 70)))
     if line.top_kernels.empty:
         console.print("Timeline (measured)", style="bold")
     else:
         console.print(table)
+        _legend(console, keys)
     if len(line.ranges):
         table = _table("Time per NVTX range")
         for col, width in (("range", 20), ("count", 5), ("wall", 9), ("kernel time (incl.)", 11)):
@@ -276,8 +316,10 @@ def _timeline(console: Console, report: Report) -> None:
                     overflow="ellipsis", ratio=1 if "kernel" in col else None, min_width=width)
         for row in line.gaps.head(5).to_dict("records"):
             table.add_row(str(row["device"]), duration(row["start_offset_ns"]), duration(row["gap_ns"]),
-                          escape(_name(console, row["before"], 34)), escape(_name(console, row["after"], 34)))
+                          escape(_kernel(console, keys, row["before"], 34)),
+                          escape(_kernel(console, keys, row["after"], 34)))
         console.print(table)
+        _legend(console, keys)
     memcpy = line.memcpy
     if memcpy.get("share") is not None:
         console.print(f"  copies: {duration(memcpy['copy_ns'])} vs kernels {duration(memcpy['kernel_ns'])} "
@@ -367,14 +409,14 @@ def _range_rooflines(console: Console, report: Report) -> None:
         console.print(f"  [dim]{escape(line)}[/]")
 
 
-def _source_lines(console: Console, report: Report, detailed: set[int]) -> None:
+def _source_lines(console: Console, report: Report, detailed: set[int], keys: NameKeys) -> None:
     """Per launch shown in detail, its top source lines (or SASS addresses) by stall samples and their top reason."""
     natural = is_natural(console)
     for k in report.source_lines:
         if k.kernel_id not in detailed:
             continue
         console.print()
-        table = _table(f"#{k.kernel_id} {escape(_name(console, k.kernel, 40))}: {escape(k.title())}")
+        table = _table(f"#{k.kernel_id} {escape(_kernel(console, keys, k.kernel, 40))}: {escape(k.title())}")
         # Fixed widths that fit 100 columns; a long file name loses its start, never the line number.
         for col, low, high in (("where", 14, 22), ("samples", 7, 9), ("share", 5, 5), ("top reason", 16, 16),
                                ("of it", 5, 5), ("instruction / source", 12, 30)):
@@ -388,31 +430,34 @@ def _source_lines(console: Console, report: Report, detailed: set[int]) -> None:
                           escape(reason(line.reason).label), pct(line.reason_share * 100, 0),
                           escape(_name(console, line.text or line.sass or "—", 30)))
         console.print(table)
+        _legend(console, keys)
         if k.advice:
             console.print(f"  [dim]{escape(k.advice)}[/]")
 
-def print_report(console: Console, report: Report, details: int = DETAILS) -> None:
-    """The whole report: header, kernel summary, the top kernels in detail, timeline, findings, what is missing."""
+def print_report(console: Console, report: Report, details: int = DETAILS, names: str | NameKeys = "short") -> None:
+    """The whole report: header, kernel summary, the top kernels in detail, timeline, findings, what is missing.
+    ``names``: how kernel names are shown (:data:`NAMES`)."""
+    keys = _keys(names)
     _header(console, report)
     _where_time_goes(console, report)
-    _top_findings(console, report)
+    _top_findings(console, report, keys)
     console.print()
     if report.kernels:
-        _summary(console, report)
+        _summary(console, report, keys)
     else:
         gap = next((n for n in report.notes if n.startswith(("GPU activity was not captured",
                                                             "the export has no CUDA trace"))), None)
         console.print("  no kernels in this trace" + (f": {escape(gap)}" if gap else ""))
     for k in report.kernels[:details]:
-        _kernel_detail(console, report, k)
+        _kernel_detail(console, report, k, keys)
     if len(report.kernels) > details:
         more = report.row_unit(len(report.kernels) - details, more=True)
         console.print(f"\n  [dim]{more} in the table above, not detailed here; --kernel REGEX selects one, "
                       "--format json details every one in the table[/]")
-    _timeline(console, report)
+    _timeline(console, report, keys)
     _ops(console, report)
     _range_rooflines(console, report)
-    _source_lines(console, report, {k.kernel_id for k in report.kernels[:details]})
+    _source_lines(console, report, {k.kernel_id for k in report.kernels[:details]}, keys)
     if report.unavailable:
         console.print()
         for item in report.unavailable:
@@ -422,14 +467,18 @@ def print_report(console: Console, report: Report, details: int = DETAILS) -> No
         console.print(f" [dim]note: {escape(note)}[/]")
 
 
-def print_diff(console: Console, diff: Diff) -> None:
+def print_diff(console: Console, diff: Diff, names: str | NameKeys = "short") -> None:
+    """Per kernel pair: the quantities and warp stalls before and after, then the kernels left unmatched and the
+    findings. ``names``: how kernel names are shown (:data:`NAMES`)."""
+    keys = _keys(names)
     console.print(f"[bold]before[/] {escape(str(diff.before.meta.get('source')))}")
     console.print(f"[bold]after [/] {escape(str(diff.after.meta.get('source')))}")
     for row in diff.kernels.to_dict("records"):
         console.print()
         same = row["before"] == row["after"]
-        _rule(console, escape(_name(console, row["after"], 90)) if same else
-              f"{escape(_name(console, row['before'], 44))} → {escape(_name(console, row['after'], 44))}")
+        before, after = (_kernel(console, keys, row[side], 90 if same else 44) for side in ("before", "after"))
+        _rule(console, escape(after) if same else f"{escape(before)} → {escape(after)}")
+        _legend(console, keys)
         console.print(f"  matched by: {row['match']}")
         table = _table("")
         for col in ("quantity", "before", "after", "after/before"):
@@ -458,7 +507,8 @@ def print_diff(console: Console, diff: Diff) -> None:
                               f"{s['delta'] * 100:+.0f} pts")
             console.print(table)
     for name in diff.unmatched_before:
-        console.print(f" only before: {escape(_name(console, name, 90))}")
+        console.print(f" only before: {escape(_kernel(console, keys, name, 90))}")
     for name in diff.unmatched_after:
-        console.print(f" only after:  {escape(_name(console, name, 90))}")
-    _findings(console, diff.findings)
+        console.print(f" only after:  {escape(_kernel(console, keys, name, 90))}")
+    _legend(console, keys)
+    _findings(console, diff.findings, keys=keys)
