@@ -161,7 +161,8 @@ def test_static_tune_of_a_gemm_slice_ranks_and_prunes() -> None:
      "only GPU measurements are recorded"),
     (["gemm", "--card", "h100", "--record", "x.json"], "--record x.json needs every config measured"),
     (["gemm", "--card", "h100", "--fix", "BLOCK_Q=1"], "gemm has no tuning parameter BLOCK_Q"),
-    (["gemm", "--card", "h100", "-o", "x.png"], "-o x.png: the figure is written as HTML"),
+    # .png is a figure now (tests/test_output_files.py); .md is what tune cannot write, refused before compiling.
+    (["gemm", "--card", "h100", "-o", "x.md"], "cannot write a .md file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
     # The CLI's own entry point in-process (the subprocess path is exercised by the JSON tests above).
