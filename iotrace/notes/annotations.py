@@ -137,27 +137,28 @@ def generated_text(text: str) -> str:
     return "\n".join(kept)
 
 
-def _matches(quote: Number, printed: Number, rel_tol: float, pct_abs: float) -> bool:
+def _matches(quote: Number, printed: Number, rel_tol: float, pct_abs: float, abs_tol: float) -> bool:
     want = quote.value if quote.signed else abs(quote.value)
     have = printed.value if quote.signed else abs(printed.value)
     if want == have:
         return True
     if quote.percent and printed.percent and pct_abs > 0:
         return abs(want - have) <= pct_abs
-    return rel_tol > 0 and math.isclose(want, have, rel_tol=rel_tol)
+    return (rel_tol > 0 or abs_tol > 0) and math.isclose(want, have, rel_tol=rel_tol, abs_tol=abs_tol)
 
 
-def unquoted(text: str, *, rel_tol: float = 0.0, pct_abs: float = 0.0,
+def unquoted(text: str, *, rel_tol: float = 0.0, pct_abs: float = 0.0, abs_tol: float = 0.0,
              source: Path | str = "the note") -> dict[str, list[str]]:
     """Per annotation block of the note ``text`` (in order), the numbers it quotes that its generated text does not
     print, as written; blocks that quote only printed numbers are left out. ``rel_tol`` and ``pct_abs`` are a
-    measured note's noise (``catalog.MODEL_REL_TOL``, ``catalog.MODEL_PCT_ABS``); 0 asks for the same value."""
+    measured note's noise (``catalog.MODEL_REL_TOL``, ``catalog.MODEL_PCT_ABS``, ``catalog.MODEL_ABS_TOL``); 0 asks
+    for the same value."""
     printed = numbers(generated_text(text))
     missing: dict[str, list[str]] = {}
     for name, body in extract(text, source).items():
         for quote in quoted(body):
             lost = missing.get(name, [])
-            if quote.text not in lost and not any(_matches(quote, n, rel_tol, pct_abs) for n in printed):
+            if quote.text not in lost and not any(_matches(quote, n, rel_tol, pct_abs, abs_tol) for n in printed):
                 missing[name] = [*lost, quote.text]
     return missing
 

@@ -104,6 +104,10 @@ _NUMBER = re.compile(r"[-+−]?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 #: itself, a percentage by 0.3 points; every other note must match exactly.
 MODEL_REL_TOL = 2e-2
 MODEL_PCT_ABS = 0.3
+#: A KL near zero is a difference of two near-equal log-probabilities, so a CPU's rounding moves it by an absolute
+#: amount, not a relative one: the INT8 per-token KV row's KL read 4.96e-04 on the CPU that wrote the note and
+#: 5.08e-04 on a 2-core AMD EPYC (2.4%, 1.2e-05 nats). Numbers this close to zero may differ by 2e-05.
+MODEL_ABS_TOL = 2e-5
 
 
 def _value(number: str) -> float:
@@ -112,7 +116,9 @@ def _value(number: str) -> float:
 
 def _close(a: str, b: str, percent: bool, rel_tol: float) -> bool:
     x, y = _value(a), _value(b)
-    return abs(x - y) <= MODEL_PCT_ABS if percent else math.isclose(x, y, rel_tol=rel_tol)
+    if percent:
+        return abs(x - y) <= MODEL_PCT_ABS
+    return math.isclose(x, y, rel_tol=rel_tol, abs_tol=MODEL_ABS_TOL if rel_tol > 0 else 0.0)
 
 
 def same_but_noise(want: str, have: str, rel_tol: float = MODEL_REL_TOL) -> bool:
@@ -193,7 +199,8 @@ def stale_quotes(text: str, *, measured: bool = False) -> list[str]:
     ``annotation 'NAME' quotes 68.82, 87, which the note does not print``. A note measured on the pinned model
     (``measured``) matches its quotes up to its noise (``MODEL_REL_TOL``, ``MODEL_PCT_ABS``), as its figures."""
     missing = annotations.unquoted(text, rel_tol=MODEL_REL_TOL if measured else 0.0,
-                                   pct_abs=MODEL_PCT_ABS if measured else 0.0)
+                                   pct_abs=MODEL_PCT_ABS if measured else 0.0,
+                                   abs_tol=MODEL_ABS_TOL if measured else 0.0)
     return [f"annotation {name!r} quotes {', '.join(numbers)}, which the note does not print"
             for name, numbers in missing.items()]
 
