@@ -238,10 +238,8 @@ def build(specs: ModuleType, builtins: Iterable[tuple[str, object]], entry_point
 
 def _entry_points(group: str) -> Iterable[tuple[str, importlib.metadata.EntryPoint]]:
     """(``name version`` of the distribution, entry point) for every installed entry point of ``group``."""
-    for dist in list(importlib.metadata.distributions()):
-        for ep in dist.entry_points:
-            if ep.group == group:
-                yield f"{dist.metadata['Name']} {dist.version}", ep
+    for ep in importlib.metadata.entry_points(group=group):
+        yield (f"{ep.dist.metadata['Name']} {ep.dist.version}" if ep.dist is not None else "an unknown package"), ep
 
 
 def _provides(plugin: object, kind: type) -> tuple[str, ...]:
@@ -282,13 +280,13 @@ def collect(pm: pluggy.PluginManager, hook: str, kind: type[T], *, what: str = "
         plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
         if plugin_name in skip:
             continue
-        wrong = _check_one(impl.function, hook, kind, found, owner, noun)
-        if isinstance(wrong, tuple):
-            error, fix = wrong
+        provided = _check_one(impl.function, hook, kind, found, owner, noun)
+        if isinstance(provided, tuple):
+            error, fix = provided
             record.add(PluginFailure(plugin_name, hook, error, fix or clash_fix, (sources or {}).get(plugin_name, ""),
                                      what, _provides(impl.plugin, kind)))
             continue
-        for name, item in wrong.items():
+        for name, item in provided.items():
             found[name], owner[name] = item, plugin_name
     if owners is not None:
         owners.update(owner)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 
 # Kernels decorated with @triton.jit read this when decorated, so it must be set before any kernel
@@ -155,6 +156,24 @@ def cli_in_process(*args: str) -> tuple[int, str, str]:
     with mock.patch.dict(os.environ, CLI_ENV), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(args))
     return code, out.getvalue(), err.getvalue()
+
+
+def cli_parsers() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every parser of the CLI with its command path (``()`` for ``iotrace`` itself, ``("math", "occupancy")``), parents
+    first: for tests that must cover each command, so a command added later is covered or named."""
+    from iotrace.cli import build_parser
+
+    found: list[tuple[tuple[str, ...], argparse.ArgumentParser]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        found.append((path, parser))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for word, sub in action.choices.items():
+                    walk(sub, (*path, word))
+
+    walk(build_parser(), ())
+    return found
 
 
 def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -8,14 +8,13 @@ exit 2, naming the missing piece) instead, saying so in its id's skip-free asser
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CORPUS, cli_in_process
+from tests.conftest import CORPUS, cli_in_process, cli_parsers
 
 ROOT = Path(__file__).resolve().parents[1]
 RGB = "ncu-rep/rtx4050laptop_rgb_brightness_ncu2023.3.ncu-rep"
@@ -84,7 +83,7 @@ def _run(*args: str) -> tuple[int, str, str]:
 
 
 def _image_problem() -> str | None:
-    from iotrace.trace.render.image import export_problem
+    from iotrace.render.image_export import export_problem
 
     problem = export_problem()
     return None if problem is None else str(problem)
@@ -92,20 +91,8 @@ def _image_problem() -> str | None:
 
 def _commands_with_output() -> set[str]:
     """Every (sub)command of the CLI with an -o option, as "math occupancy"."""
-    from iotrace.cli import build_parser
-
-    found: set[str] = set()
-
-    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
-        if any("-o" in a.option_strings for a in parser._actions):
-            found.add(" ".join(path))
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for word, sub in action.choices.items():
-                    walk(sub, (*path, word))
-
-    walk(build_parser(), ())
-    return found
+    return {" ".join(path) for path, parser in cli_parsers()
+            if any("-o" in a.option_strings for a in parser._actions)}
 
 
 def test_the_table_covers_every_command_with_o() -> None:

@@ -21,7 +21,7 @@ from unittest import mock
 
 import pytest
 
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, cli_parsers
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "bench" / "sweeps" / "gemm-h100-sxm-square-4096-BLOCK_K64-synth.json"
@@ -76,19 +76,11 @@ PIPED: dict[str, list[list[str]] | str] = {
 def _commands() -> set[str]:
     """Every leaf command of the CLI ("math decode", "bench import", "cards"), and every command with subcommands that
     also runs alone (``bench``)."""
-    from iotrace.cli import build_parser
-
     found: set[str] = set()
-
-    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+    for path, parser in cli_parsers():
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         if path and (not subs or not subs[0].required):
             found.add(" ".join(path))
-        for action in subs:
-            for word, sub in action.choices.items():
-                walk(sub, (*path, word))
-
-    walk(build_parser(), ())
     return found
 
 
@@ -291,19 +283,7 @@ def test_a_model_is_shown_by_a_clean_name(file: str, metadata: dict[str, str], s
 
 
 def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
-    from iotrace.cli import build_parser
-
-    found = []
-
-    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
-        found.append((" ".join(("iotrace", *path)), parser))
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for word, sub in action.choices.items():
-                    walk(sub, (*path, word))
-
-    walk(build_parser(), ())
-    return found
+    return [(" ".join(("iotrace", *path)), parser) for path, parser in cli_parsers()]
 
 
 def test_every_parser_has_the_same_error_prefix(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,12 +13,10 @@ from iotrace.cli.output import (
     add_card,
     add_json,
     add_output,
+    answer_format,
     console,
     emit,
-    finite_json,
-    output_format,
-    text_of,
-    write_output,
+    write_answer,
 )
 from iotrace.errors import InvalidValueError
 
@@ -279,49 +277,28 @@ def _cmd_occupancy(args: argparse.Namespace) -> None:
     from iotrace.render.console import print_occupancy
 
     # The file's format, from its extension, before any work: a name it cannot write is refused first.
-    fmt = None if args.output is None else output_format("iotrace occupancy", args.output, OCCUPANCY_WRITES,
-                                                         default=None)
-    if fmt in ("png", "svg"):
-        from iotrace.render.image_export import check_export
-
-        check_export()  # kaleido and a browser are there
+    fmt = answer_format("iotrace occupancy", args.output, OCCUPANCY_WRITES)
     cc = args.cc if args.cc is not None else _card_or_none(args.card).sm_limits
     result = occupancy(cc, args.threads, args.regs, args.smem_static, args.smem_dynamic,
                        smem_reserved=args.smem_reserved, carveout_pct=args.carveout_pct,
                        smem_config=args.smem_config, barriers=args.barriers, smem_optin=not args.no_optin)
     data = result.to_dict()
-    curves = {name: [vars(p) for p in build(result)] for name, build in
-              (("block_size", curve_block_size), ("registers", curve_registers), ("shared_mem", curve_shared_mem))}
+
+    def curves() -> dict[str, list[dict[str, Any]]]:  # only for --curves or a .json file
+        return {name: [vars(p) for p in build(result)] for name, build in
+                (("block_size", curve_block_size), ("registers", curve_registers), ("shared_mem", curve_shared_mem))}
+
     if args.curves:
-        data["curves"] = curves
+        data["curves"] = curves()
     if args.output is not None and fmt is not None:
-        _write_occupancy(args.output, fmt, result, {**data, "curves": curves})
+        from iotrace.render.occupancy_figure import occupancy_figure, occupancy_markdown
+
+        write_answer(args.output, fmt, figure=lambda: occupancy_figure(result),
+                     data=lambda: data if "curves" in data else {**data, "curves": curves()},
+                     draw=lambda c: print_occupancy(c, result), markdown=lambda: occupancy_markdown(result))
     emit(args, data, lambda: print_occupancy(console(), result))
     if args.output is not None and not args.json:
         print(f"wrote {args.output}")
-
-
-def _write_occupancy(path: Path, fmt: str, result: Any, data: dict[str, Any]) -> None:
-    """``occupancy -o PATH`` as ``fmt`` (:data:`OCCUPANCY_WRITES`); "wrote PATH" is printed after the answer."""
-    import json
-
-    if fmt in ("html", "png", "svg"):
-        from iotrace.render.html_figure import write_figure
-        from iotrace.render.occupancy_figure import occupancy_figure
-
-        write_figure(occupancy_figure(result), path, fmt)
-        return
-    if fmt == "json":
-        text = json.dumps(finite_json(data), indent=2, allow_nan=False)
-    elif fmt == "md":
-        from iotrace.render.occupancy_figure import occupancy_markdown
-
-        text = occupancy_markdown(result)
-    else:
-        from iotrace.render.console import print_occupancy
-
-        text = text_of(lambda c: print_occupancy(c, result))
-    write_output(path, text, announce=False)  # the command says "wrote PATH" after its answer
 
 
 def _cmd_tour(args: argparse.Namespace) -> None:

@@ -15,7 +15,8 @@ from typing import Any, NoReturn
 from iotrace.errors import InvalidValueError
 
 __all__ = ["EXIT_USAGE", "EXTENSIONS", "SUFFIXES", "OneLineParser", "add_card", "add_json", "add_names", "add_output",
-           "add_wide", "console", "emit", "finite_json", "output_format", "text_of", "write_output"]
+           "add_wide", "answer_format", "console", "emit", "finite_json", "output_format", "text_of", "write_answer",
+           "write_output"]
 
 #: Exit code for every error the user can cause (argparse uses the same).
 EXIT_USAGE = 2
@@ -129,6 +130,39 @@ def output_format(command: str, path: Path | None, writes: Sequence[str], given:
         raise InvalidValueError(f"{said} and -o {path} disagree (a {suffix} file is {_CALLED[fmt]})",
                                 f"drop {flag}, or name the file FILE{SUFFIXES.get(given, '.' + given)}")
     return fmt
+
+
+def answer_format(command: str, path: Path | None, writes: Sequence[str]) -> str | None:
+    """The format ``-o PATH`` asks of a command that prints its answer and also writes a file (``occupancy``,
+    ``tune``), or None without ``-o``; checked before any work (:func:`output_format`), and for an image, that
+    kaleido and a browser are there."""
+    if path is None:
+        return None
+    fmt = output_format(command, path, writes, default=None)
+    if fmt in ("png", "svg"):
+        from iotrace.render.image_export import check_export
+
+        check_export()
+    return fmt
+
+
+def write_answer(path: Path, fmt: str, *, figure: Callable[[], Any], data: Callable[[], Any],
+                 draw: Callable[[Any], None], markdown: Callable[[], str] | None = None) -> None:
+    """A command's answer into ``path`` as ``fmt`` (:func:`answer_format`): its ``figure()`` as HTML, PNG or SVG, its
+    ``data()`` as JSON, ``markdown()``, or what ``draw(console)`` prints as text. Silent: the command says "wrote PATH"
+    after printing its answer."""
+    if fmt in ("html", "png", "svg"):
+        from iotrace.render.html_figure import write_figure
+
+        write_figure(figure(), path, fmt)
+        return
+    if fmt == "json":
+        text = json.dumps(finite_json(data()), indent=2, allow_nan=False)
+    elif fmt == "md" and markdown is not None:
+        text = markdown()
+    else:
+        text = text_of(draw)
+    write_output(path, text, announce=False)
 
 
 def write_output(path: Path | None, text: str, announce: bool = True) -> None:

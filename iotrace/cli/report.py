@@ -55,7 +55,7 @@ def info_text(info: dict[str, Any], wide: bool = False, names: str = "short") ->
     from iotrace.trace.render.names import NameKeys
 
     natural = natural_output(wide)
-    keys = NameKeys(full=names == "full")
+    keys = NameKeys.of(names)
     shown = {**info, "top_kernels": [{**k, "name": keys.cell(k["name"])} for k in info.get("top_kernels", [])]}
     text = render_info(shown, wide=natural)
     listed = [f"[{key}] {name}" for key, name in keys.take()]
@@ -141,9 +141,6 @@ def _build(args: argparse.Namespace, trace: Path, **extra: Any):
                         each_launch=args.each_launch, **extra)
 
 
-_write = write_output
-
-
 def _terminal_text(draw: Any, to_file: bool, wide: bool = False) -> str | None:
     """Draw with rich: to the terminal (at its width; natural width with ``wide`` or into a pipe), or captured as
     plain text at natural width for -o (a file, like a pipe, gets every cell whole)."""
@@ -174,14 +171,14 @@ def report_main(args: argparse.Namespace) -> None:
     if fmt == "json":
         from iotrace.trace.render.jsonout import dumps
 
-        _write(args.output, dumps(report.to_dict()))
+        write_output(args.output, dumps(report.to_dict()))
     elif fmt == "term":
         from iotrace.trace.render.terminal import print_report
 
         text = _terminal_text(lambda c: print_report(c, report, args.details, args.names), args.output is not None,
                               args.wide)
         if text is not None:
-            _write(args.output, text)
+            write_output(args.output, text)
     elif fmt == "md":
         from iotrace.trace.render.markdown import report_markdown
 
@@ -190,11 +187,11 @@ def report_main(args: argparse.Namespace) -> None:
             from iotrace.trace.render.image import write_figures
 
             images = write_figures(report, args.output.with_suffix(""), "png")
-        _write(args.output, report_markdown(report, args.details, images, args.names))
+        write_output(args.output, report_markdown(report, args.details, images, args.names))
     elif fmt == "html":
         from iotrace.trace.render.html import report_html
 
-        _write(args.output, report_html(report))
+        write_output(args.output, report_html(report))
     else:
         from iotrace.trace.render.image import write_figures
 
@@ -230,16 +227,16 @@ def _ranks_main(args: argparse.Namespace, fmt: str) -> None:
                                 f"{spans(found.missing)}", "give every rank's file, or leave out --require-all-ranks")
     report = rank_report(found, top=args.top)
     if fmt == "json":
-        _write(args.output, render.ranks_json(report))
+        write_output(args.output, render.ranks_json(report))
     elif fmt == "md":
-        _write(args.output, render.ranks_markdown(report, args.names))
+        write_output(args.output, render.ranks_markdown(report, args.names))
     elif fmt == "html":
-        _write(args.output, render.ranks_html(report))
+        write_output(args.output, render.ranks_html(report))
     else:
         text = _terminal_text(lambda c: render.print_ranks(c, report, args.names), args.output is not None,
                               args.wide)
         if text is not None:
-            _write(args.output, text)
+            write_output(args.output, text)
 
 
 def print_terminal(report: Any, details: int = 5) -> None:
@@ -258,14 +255,14 @@ def diff_main(args: argparse.Namespace) -> None:
     if fmt == "json":
         from iotrace.trace.render.jsonout import dumps
 
-        _write(args.output, dumps(diff.to_dict()))
+        write_output(args.output, dumps(diff.to_dict()))
     elif fmt == "md":
         from iotrace.trace.render.markdown import diff_markdown
 
-        _write(args.output, diff_markdown(diff, args.names))
+        write_output(args.output, diff_markdown(diff, args.names))
     else:
         from iotrace.trace.render.terminal import print_diff
 
         text = _terminal_text(lambda c: print_diff(c, diff, args.names), args.output is not None, args.wide)
         if text is not None:
-            _write(args.output, text)
+            write_output(args.output, text)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from iotrace.argtypes import binary_count, key_values, si_number
 from iotrace.autotune.cache import default_path
-from iotrace.cli.output import add_card, add_output, finite_json, output_format, text_of, write_output
+from iotrace.cli.output import add_card, add_output, answer_format, finite_json, write_answer
 from iotrace.errors import InvalidValueError, IotraceError
 
 if TYPE_CHECKING:
@@ -103,11 +103,7 @@ def main(args: argparse.Namespace) -> None:
     if args.rows < 0:
         raise InvalidValueError(f"--rows {args.rows} is negative", "give 0 or more")
     # The file's format, from its extension, before minutes of compiling, not after.
-    fmt = None if args.output is None else output_format("iotrace tune", args.output, TUNE_WRITES, default=None)
-    if fmt in ("png", "svg"):
-        from iotrace.render.image_export import check_export
-
-        check_export()  # kaleido and a browser are there
+    fmt = answer_format("iotrace tune", args.output, TUNE_WRITES)
     options = TuneOptions(strategy=args.strategy, budget=args.budget, time_s=args.time,
                           mode="static" if args.static else None, verify_top=args.verify, replay=args.replay,
                           record=args.record, cache=args.cache, use_cache=not args.no_cache, fix=args.fix or {},
@@ -137,7 +133,11 @@ def main(args: argparse.Namespace) -> None:
         raise TuneInterrupted(f"interrupted: every result measured so far is saved in {where}",
                               "run the same command again to resume where it stopped") from None
     if args.output is not None and fmt is not None:
-        _write(results[0], args.output, fmt, args.rows)  # one card type only (checked in _on_ray)
+        from iotrace.autotune.render import tune_figure
+
+        result = results[0]  # one card type only (checked in _on_ray)
+        write_answer(args.output, fmt, figure=lambda: tune_figure(result), data=result.to_dict,
+                     draw=lambda c: print_tune(c, result, args.rows))
     exported = [export_best(result, args.export) for result in results] if args.export is not None else []
     if args.json:
         # One tune: its object, as always; a cluster with several card types: one object per card type.
@@ -150,23 +150,6 @@ def main(args: argparse.Namespace) -> None:
         console.print(f"wrote {args.output}")
     if exported:
         console.print(f"exported the best config to {args.export} (load it with {'IOTRACE_TUNED'}={args.export})")
-
-
-def _write(result: TuneResult, path: Path, fmt: str, rows: int) -> None:
-    """``tune -o PATH`` as ``fmt`` (:data:`TUNE_WRITES`); "wrote PATH" is printed after the table."""
-    if fmt in ("html", "png", "svg"):
-        from iotrace.autotune.render import tune_figure
-        from iotrace.render.html_figure import write_figure
-
-        write_figure(tune_figure(result), path, fmt)
-        return
-    if fmt == "json":
-        text = json.dumps(finite_json(result.to_dict()), indent=2, allow_nan=False)
-    else:
-        from iotrace.autotune.render import print_tune
-
-        text = text_of(lambda c: print_tune(c, result, rows))
-    write_output(path, text, announce=False)  # the command says "wrote PATH" after its answer
 
 
 def _on_ray(args: argparse.Namespace, spec: KernelSpec, options: TuneOptions,

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from iotrace.notes.document import Note
-from iotrace.trace.render.image import ImageExportError, export_problem, kaleido_reason
+from iotrace.render.image_export import ImageExportError, export_problem, kaleido_reason
 
 __all__ = ["ImageExportError", "figure_problem", "left_out_notice", "write_images"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iotrace.render.image_export import BROWSERS, ImageExportError, check_export, export_problem, kaleido_reason
+from iotrace.render.image_export import ImageExportError, check_export, kaleido_reason
 from iotrace.trace.render.figures import figures
 from iotrace.trace.reports.report import Report
 
-__all__ = ["BROWSERS", "ImageExportError", "check_export", "export_problem", "kaleido_reason", "write_figures"]
+__all__ = ["write_figures"]
 
 
 def write_figures(report: Report, stem: Path, fmt: str, first: Path | None = None) -> dict[str, str]:

@@ -52,10 +52,6 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [*out, ""]
 
 
-def _keys(names: str | NameKeys | None) -> NameKeys:
-    return names if isinstance(names, NameKeys) else NameKeys(full=names == "full")
-
-
 def _legend(keys: NameKeys) -> list[str]:
     """The full names keyed since the last legend, as a list under the table or list that keyed them."""
     pending = keys.take()
@@ -135,7 +131,7 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
                     names: str | NameKeys = "short") -> str:
     """The report as Markdown; ``names``: ``short`` (long kernel names as base name and key, listed in full below) or
     ``full`` (whole in the tables)."""
-    keys = _keys(names)
+    keys = NameKeys.of(names)
     meta = report.meta
     lines = ["# iotrace report", "", f"{md(meta.get('source'))} — {md(meta.get('format'))} ({md(meta.get('tool'))}, "
              f"version {md(meta.get('version') or 'not stated')}); card: "
@@ -220,7 +216,7 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
 
 def diff_markdown(diff: Diff, names: str | NameKeys = "short") -> str:
     """The diff as Markdown; ``names`` as in :func:`report_markdown`."""
-    keys = _keys(names)
+    keys = NameKeys.of(names)
     lines = ["# iotrace diff", "", f"before {md(diff.before.meta.get('source'))}, after "
              f"{md(diff.after.meta.get('source'))}", ""]
     for r in diff.kernels.to_dict("records"):

@@ -21,10 +21,12 @@ A name of up to :data:`NAME_WIDTH` characters is shown whole: it costs a table n
 
 from __future__ import annotations
 
-__all__ = ["NAME_WIDTH", "NameKeys", "base_name", "whole"]
+__all__ = ["NAMES", "NAME_WIDTH", "NameKeys", "base_name", "whole"]
 
 #: Names up to this many characters are shown whole in a table; longer ones as their base name and a key.
 NAME_WIDTH = 60
+#: How kernel names are shown (``--names``): short (base name and key when long) or full.
+NAMES = ("short", "full")
 
 #: Words a signature has outside its brackets: the name and a return type and qualifiers ("static unsigned int").
 _MAX_WORDS = 4
@@ -117,6 +119,16 @@ class NameKeys:
     such as ``[2]``); :meth:`take` the full names keyed since the last call, to list below the table. A name keeps
     its key for the whole rendering, so it is listed once however many tables show it. ``full``: every name whole
     (``--names full``)."""
+
+    @classmethod
+    def of(cls, names: str | NameKeys | None) -> NameKeys:
+        """The keys of a rendering: ``names`` itself when a rendering shares its keys, else new ones for ``short``
+        (also None) or ``full`` (:data:`NAMES`)."""
+        if isinstance(names, NameKeys):
+            return names
+        if names is not None and names not in NAMES:
+            raise ValueError(f"names={names!r} is not one of {NAMES}")
+        return cls(full=names == "full")
 
     def __init__(self, full: bool = False) -> None:
         self.full = full

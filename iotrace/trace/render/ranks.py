@@ -21,7 +21,7 @@ from iotrace.trace.render.markdown import _legend as md_legend
 from iotrace.trace.render.markdown import _table as md_table
 from iotrace.trace.render.markdown import md
 from iotrace.trace.render.names import NameKeys
-from iotrace.trace.render.terminal import _column, _findings, _kernel, _keys, _legend, _table
+from iotrace.trace.render.terminal import _column, _findings, _kernel, _legend, _table
 from iotrace.trace.reports.ranks_report import STRAGGLER_RULE, RankReport
 
 __all__ = [
@@ -111,7 +111,7 @@ def sources(report: RankReport) -> list[str]:
 
 def print_ranks(console: Console, report: RankReport, names: str | NameKeys = "short") -> None:
     """The report across ranks in a terminal; ``names``: how kernel names are shown (``--names``: short or full)."""
-    keys = _keys(names)
+    keys = NameKeys.of(names)
     console.print(f"[bold]iotrace report across ranks[/]: {escape(report.ranks_line())}")
     for source in sources(report):
         console.print(f"  [dim]{escape(source)}[/]")
@@ -143,7 +143,7 @@ def print_ranks(console: Console, report: RankReport, names: str | NameKeys = "s
 
 def ranks_markdown(report: RankReport, names: str | NameKeys = "short") -> str:
     """The report across ranks as Markdown; ``names`` as in :func:`iotrace.trace.render.markdown.report_markdown`."""
-    keys = _keys(names)
+    keys = NameKeys.of(names)
     lines = ["# iotrace report across ranks", "", md(report.ranks_line()), ""]
     lines += [f"- {md(source)}" for source in sources(report)] + [""]
     lines += ["## Per rank", "", "NCCL overlapped: the share of NCCL kernel time that overlaps compute (HTA).", ""]

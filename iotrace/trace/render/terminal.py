@@ -32,7 +32,7 @@ from iotrace.trace.render.fmt import (
     pct,
     short,
 )
-from iotrace.trace.render.names import NameKeys
+from iotrace.trace.render.names import NAMES, NameKeys
 from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import TERMINAL as RANGE_TERMINAL
 from iotrace.trace.render.range_table import cells as range_cells
@@ -47,9 +47,6 @@ __all__ = ["DETAILS", "NAMES", "print_diff", "print_report"]
 
 #: Kernels shown with their full stall, roofline and occupancy detail; the rest appear in the summary table.
 DETAILS = 5
-#: How kernel names are shown in tables (``--names``): ``short`` (base name and key, full names listed below) or
-#: ``full`` (whole, inline).
-NAMES = ("short", "full")
 
 
 def _table(title: str) -> Table:
@@ -60,14 +57,6 @@ def _table(title: str) -> Table:
 def _name(console: Console, name: object, width: int) -> str:
     """A trace name cut to ``width`` for a terminal; whole (whitespace collapsed) at natural width."""
     return " ".join(str(name).split()) if is_natural(console) else short(str(name), width)
-
-
-def _keys(names: str | NameKeys) -> NameKeys:
-    if isinstance(names, NameKeys):
-        return names
-    if names not in NAMES:
-        raise ValueError(f"names={names!r} is not one of {NAMES}")
-    return NameKeys(full=names == "full")
 
 
 def _kernel(console: Console, keys: NameKeys, name: object, width: int) -> str:
@@ -437,7 +426,7 @@ def _source_lines(console: Console, report: Report, detailed: set[int], keys: Na
 def print_report(console: Console, report: Report, details: int = DETAILS, names: str | NameKeys = "short") -> None:
     """The whole report: header, kernel summary, the top kernels in detail, timeline, findings, what is missing.
     ``names``: how kernel names are shown (:data:`NAMES`)."""
-    keys = _keys(names)
+    keys = NameKeys.of(names)
     _header(console, report)
     _where_time_goes(console, report)
     _top_findings(console, report, keys)
@@ -470,7 +459,7 @@ def print_report(console: Console, report: Report, details: int = DETAILS, names
 def print_diff(console: Console, diff: Diff, names: str | NameKeys = "short") -> None:
     """Per kernel pair: the quantities and warp stalls before and after, then the kernels left unmatched and the
     findings. ``names``: how kernel names are shown (:data:`NAMES`)."""
-    keys = _keys(names)
+    keys = NameKeys.of(names)
     console.print(f"[bold]before[/] {escape(str(diff.before.meta.get('source')))}")
     console.print(f"[bold]after [/] {escape(str(diff.after.meta.get('source')))}")
     for row in diff.kernels.to_dict("records"):
