@@ -93,10 +93,10 @@ def corpus_exports(corpus: Path) -> list[Path]:
 
 
 def corpus_not_read_yet(corpus: Path) -> list[Path]:
-    """Every file of the corpus folders iotrace does not read yet, subfolders included (a rocprof-compute workload is a
-    folder of CSVs): AMD rocprof output (rocprof/) and LLM benchmark results (bench-outputs/). load() refuses each."""
-    return sorted(p for name in ("rocprof", "bench-outputs") if (corpus / name).is_dir()
-                  for p in (corpus / name).rglob("*") if p.is_file())
+    """Every file of the corpus folders iotrace does not read yet: LLM benchmark results (bench-outputs/). load()
+    refuses each."""
+    return sorted(p for name in ("bench-outputs",) if (corpus / name).is_dir()
+                  for p in (corpus / name).iterdir() if p.is_file())
 
 
 def check_kernel(spec, shape, dtype: str, config, seed: int | None = None):

@@ -93,6 +93,8 @@ def test_tensor_peaks_keep_their_architectural_ratios() -> None:
     (HGX B200: TF32 "2.2" against FP16 "4.5" PFLOPS)."""
     checked = 0
     for card in card_book():
+        if card.vendor != "nvidia":  # AMD ratios differ by generation (CDNA 2: INT8 = FP16); test_amd_cards.py
+            continue
         # BF16 runs at the FP16 rate; TF32 at half of it; FP8 at twice it.
         for other, expected in (("bf16_tensor", 1.0), ("tf32_tensor", 0.5), ("fp8_tensor", 2.0)):
             ratio = _ratio(card, other, "fp16_tensor")

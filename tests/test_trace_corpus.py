@@ -117,6 +117,21 @@ EXPECTED = {
         ("nsys-sqlite", 1, "gtx1650-laptop", ("matrixMulKernel", 49, (64, 64, 1), (16, 16, 1), 9_932_539)),
     "nsys/rtx4060laptop_um_add_1block_nsys2023.4.sqlite":
         ("nsys-sqlite", 1, "rtx4060-laptop", ("add(int, float *, float *)", 24, (1, 1, 1), (256, 1, 1), 2_337_721)),
+    # AMD (rocprof v1, rocpd; grids in workgroups, as CUDA counts blocks: tests/test_rocprof_formats.py has the rest)
+    "rocprof/mi300x_ck_tile_batched_gemm_rocpd_rocprofv3-rocm7.1.1.db":
+        ("rocpd-sqlite", 151, "mi300x", ("__amd_rocclr_fillBufferAligned", None, (304, 1, 1), (256, 1, 1), 24_175)),
+    "rocprof/mi250_laplacian_rocprof-v1_results.csv":
+        ("rocprof-csv", 1004, None, ("test_function_kernel", None, (524288, 1, 1), (256, 1, 1), 1_130_883)),
+    "rocprof/mi250_laplacian_rocprof-v1_pmc_counters.csv":
+        ("rocprof-csv", 1004, None, ("test_function_kernel", None, (524288, 1, 1), (256, 1, 1), None)),
+    "rocprof/mi250_laplacian_rocprof-v1_results.stats.csv":
+        ("rocprof-csv", 4, None, ("laplacian_kernel", None, None, None, 2_608_618_986)),
+    "rocprof/mi300x_naive_bmm_rocprof-v1_results.copy_stats.csv": ("rocprof-csv", 0, None, None),
+    "rocprof/mi300x_naive_bmm_rocprof-v1_results.hip_stats.csv": ("rocprof-csv", 0, None, None),
+    "rocprof/r9700_gfx1201_llamacpp_q4_0_rocprof-v1_results.stats.csv":
+        ("rocprof-csv", 20, None, ("mul_mat_q<(ggml_type)2, 128, false>", None, None, None, 598_069_423)),
+    "rocprof/mi300x_naive_bmm_rocprof-v1_results.json":
+        ("rocprof-json", 1, "mi300x", ("batched_matrix_multiplication", None, None, None, 331_634_184_678)),
 }
 KINETO = sorted(n for n in EXPECTED if n.split("/")[0] in ("kineto", "kineto-ranks"))
 NSYS_REPORTS = ["nsys/rtx3090_tensorrt_memfusion.nsys-rep", "nsys/rtx4050laptop_rgb_nsys.nsys-rep",
@@ -124,19 +139,6 @@ NSYS_REPORTS = ["nsys/rtx3090_tensorrt_memfusion.nsys-rep", "nsys/rtx4050laptop_
 
 # Outputs not read yet (later issues add them): file -> what its one-line refusal says it is (as PROVENANCE.md says).
 NOT_READ_YET = {
-    "rocprof/mi300x_ck_tile_batched_gemm_rocpd_rocprofv3-rocm7.1.1.db": "a rocprofv3 rocpd database",
-    "rocprof/mi250_laplacian_rocprof-v1_results.csv": "a rocprof v1 per-dispatch kernel trace CSV",
-    "rocprof/mi250_laplacian_rocprof-v1_pmc_counters.csv": "a rocprof v1 per-dispatch counter CSV",
-    "rocprof/mi250_laplacian_rocprof-v1_results.stats.csv": "a rocprof v1 --stats summary CSV",
-    "rocprof/mi300x_naive_bmm_rocprof-v1_results.copy_stats.csv": "a rocprof v1 --stats summary CSV",
-    "rocprof/mi300x_naive_bmm_rocprof-v1_results.hip_stats.csv": "a rocprof v1 --stats summary CSV",
-    "rocprof/r9700_gfx1201_llamacpp_q4_0_rocprof-v1_results.stats.csv": "a rocprof v1 --stats summary CSV",
-    "rocprof/mi300x_naive_bmm_rocprof-v1_results.json": "a rocprof v1 JSON trace",
-    **{f"rocprof/{folder}/{n}.csv": f"a rocprof-compute (Omniperf) workload's {n}.csv" for folder, names in (
-        ("mi100_vcopy_omniperf2.0_rocm6.0", "pmc_dispatch_info pmc_perf sysinfo timestamps"),
-        ("mi210_multikernel_omniperf2.1_rocm6.2", "pmc_dispatch_info pmc_perf roofline sysinfo timestamps"),
-        ("mi300x_bf16_bmm_rocprof-compute3.3_rocm7.1", "pmc_dispatch_info pmc_kernel_top pmc_perf roofline sysinfo"))
-       for n in names.split()},
     "bench-outputs/l40s_epyc9534_llama-bench_cpu_gpu_b7199.md": "a llama.cpp llama-bench report (Markdown table)",
     "bench-outputs/r9700_gfx1201_llama-bench_rocm_b7981.jsonl": "a llama.cpp llama-bench result file",
     "bench-outputs/8xmi300x_vllm0.6.3_benchmark_serving_llama3.1-405b-fp8_32qps.json":
@@ -144,6 +146,13 @@ NOT_READ_YET = {
     "bench-outputs/8xmi300x_vllm0.6.4_benchmark_throughput_405b-fp8-kv.json": "a vLLM benchmark_throughput result file",
     "bench-outputs/4xh200_sglang_bench_serving_llama3.3-70b_offline.jsonl": "an SGLang bench_serving result file",
 }
+
+# rocprof-compute workload folders: read whole, as folders (tests/test_rocprof_compute.py checks them).
+ROCPROF_COMPUTE = {f"rocprof/{folder}/{n}.csv" for folder, names in (
+    ("mi100_vcopy_omniperf2.0_rocm6.0", "pmc_dispatch_info pmc_perf sysinfo timestamps"),
+    ("mi210_multikernel_omniperf2.1_rocm6.2", "pmc_dispatch_info pmc_perf roofline sysinfo timestamps"),
+    ("mi300x_bf16_bmm_rocprof-compute3.3_rocm7.1", "pmc_dispatch_info pmc_kernel_top pmc_perf roofline sysinfo"))
+    for n in names.split()}
 
 _cache: dict[str, object] = {}
 
@@ -156,7 +165,7 @@ def loaded(corpus: Path, name: str):
 
 def test_every_corpus_file_is_covered(corpus: Path) -> None:
     present = {str(p.relative_to(corpus)) for p in corpus.rglob("*") if p.is_file() and p.parent != corpus}
-    assert present == set(EXPECTED) | set(NSYS_REPORTS) | set(NOT_READ_YET)
+    assert present == set(EXPECTED) | set(NSYS_REPORTS) | set(NOT_READ_YET) | ROCPROF_COMPUTE
     assert {str(p.relative_to(corpus)) for p in corpus_not_read_yet(corpus)} == set(NOT_READ_YET)
     assert not set(map(str, corpus_exports(corpus))) & {str(corpus / n) for n in NOT_READ_YET}
 
@@ -165,7 +174,7 @@ def test_every_corpus_file_is_covered(corpus: Path) -> None:
 def test_outputs_not_read_yet_are_refused_in_one_line_by_content(corpus: Path, name: str, tmp_path: Path) -> None:
     """load() names the file and says what it is, under its own name and under one that says nothing (a link):
     never read as the format it resembles (a Chrome trace, JSON lines, an SQLite database)."""
-    family = "rocprof output" if name.startswith("rocprof/") else "LLM benchmark results"
+    family = "LLM benchmark results"
     anonymous = tmp_path / "capture.bin"
     anonymous.symlink_to(corpus / name)
     for path in (corpus / name, anonymous):
@@ -177,7 +186,7 @@ def test_outputs_not_read_yet_are_refused_in_one_line_by_content(corpus: Path, n
         assert "\n" not in message and "damaged" not in message
 
 
-@pytest.mark.parametrize("name", ["rocprof/mi300x_ck_tile_batched_gemm_rocpd_rocprofv3-rocm7.1.1.db",
+@pytest.mark.parametrize("name", ["bench-outputs/8xmi300x_vllm0.6.4_benchmark_throughput_405b-fp8-kv.json",
                                   "bench-outputs/4xh200_sglang_bench_serving_llama3.3-70b_offline.jsonl"])
 def test_cli_info_refuses_an_output_not_read_yet_in_one_line(corpus: Path, name: str) -> None:
     done = run_cli("info", str(corpus / name))

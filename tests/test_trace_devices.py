@@ -31,13 +31,18 @@ def test_rtx3080_rows_pick_the_variant_by_sm_count() -> None:
     assert unmatched_notes(rows) == []
 
 
-def test_amd_and_nameless_devices_get_no_card_and_no_note() -> None:
+def test_amd_devices_match_only_when_one_card_fits_and_nameless_ones_get_no_note() -> None:
+    """An AMD device is matched by name, gfx target and CUs (cards.match_amd): ROCm Kineto's 'AMD Radeon Graphics'
+    with 104 CUs is an MI210 or one MI250 GCD, so it gets no card; an MI300X by name does; one MI250 GCD (half the
+    card) gets none rather than the whole card's peaks."""
     notes: list[str] = []
     rows = with_cards([{"device": 0, "name": "AMD Radeon Graphics", "warp_size": 64, "sm_count": 104},
-                       {"device": 1, "name": "AMD Instinct MI300X", "sm_count": 304},
-                       {"device": 2, "cc": "8.6", "vendor": "nvidia"}], notes=notes)
-    assert [r["card"] for r in rows] == [None, None, None]
-    assert [r["vendor"] for r in rows] == ["amd", "amd", "nvidia"]
+                       {"device": 1, "name": "AMD Instinct MI300X", "sm_count": 304, "arch": "gfx942"},
+                       {"device": 2, "cc": "8.6", "vendor": "nvidia"},
+                       {"device": 3, "name": "AMD Instinct MI250X/MI250", "arch": "gfx90a", "sm_count": 104}],
+                      notes=notes)
+    assert [r["card"] for r in rows] == [None, "mi300x", None, None]
+    assert [r["vendor"] for r in rows] == ["amd", "amd", "nvidia", "amd"]
     assert notes == []
 
 

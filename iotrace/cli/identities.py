@@ -116,8 +116,18 @@ def _add_occupancy_args(occ: argparse.ArgumentParser) -> None:
     target.add_argument("--cc", help="compute capability, e.g. 8.6, 90, sm_120")
     target.add_argument("--card", metavar="NAME",
                         help="a CardBook card; its compute capability is used (neither: $IOTRACE_CARD, then GPU 0)")
-    occ.add_argument("--threads", type=binary_count, required=True, help="threads per block (1..1024)")
-    occ.add_argument("--regs", type=binary_count, required=True, help="registers per thread (0..255)")
+    target.add_argument("--gfx", help="an AMD gfx target (gfx908, gfx90a, gfx942, gfx950, gfx1100, gfx1201): "
+                                      "waves per SIMD and per CU instead")
+    occ.add_argument("--threads", type=binary_count, required=True,
+                     help="threads per block (1..1024); with --gfx, work-items per workgroup")
+    occ.add_argument("--regs", type=binary_count, required=True,
+                     help="registers per thread (0..255); with --gfx, arch VGPRs per work-item (rocprof Arch_VGPR)")
+    amd = occ.add_argument_group("AMD (--gfx, or a card with a gfx target)")
+    amd.add_argument("--accum-vgpr", type=binary_count, default=0, help="accumulation VGPRs (rocprof Accum_VGPR)")
+    amd.add_argument("--sgpr", type=binary_count, default=0, help="SGPRs per wave (rocprof SGPR)")
+    amd.add_argument("--lds", type=binary_count, default=0, metavar="BYTES",
+                     help="LDS per workgroup (rocprof LDS_Per_Workgroup)")
+    amd.add_argument("--wave-size", type=binary_count, help="32 or 64 (default: the target's)")
     occ.add_argument("--smem-static", type=binary_count, default=0, metavar="BYTES",
                      help="static shared memory per block")
     occ.add_argument("--smem-dynamic", type=binary_count, default=0, metavar="BYTES",
@@ -278,6 +288,10 @@ def _cmd_occupancy(args: argparse.Namespace) -> None:
 
     # The file's format, from its extension, before any work: a name it cannot write is refused first.
     fmt = answer_format("iotrace occupancy", args.output, OCCUPANCY_WRITES)
+    gfx = args.gfx or (getattr(_card_or_none(args.card), "gfx", None) if args.card else None)
+    if gfx:
+        _amd_occupancy(args, gfx)
+        return
     cc = args.cc if args.cc is not None else _card_or_none(args.card).sm_limits
     result = occupancy(cc, args.threads, args.regs, args.smem_static, args.smem_dynamic,
                        smem_reserved=args.smem_reserved, carveout_pct=args.carveout_pct,
@@ -299,6 +313,35 @@ def _cmd_occupancy(args: argparse.Namespace) -> None:
     emit(args, data, lambda: print_occupancy(console(), result))
     if args.output is not None and not args.json:
         print(f"wrote {args.output}")
+
+
+def _amd_occupancy(args: argparse.Namespace, gfx: str) -> None:
+    """``occupancy --gfx``: the AMD answer (waves per SIMD and per CU), printed like the NVIDIA one or as JSON."""
+    from rich.markup import escape
+
+    from iotrace.occupancy_amd import AMD_LIMIT_NAMES, amd_occupancy
+
+    if args.output is not None or args.curves:
+        raise InvalidValueError("--output and --curves are for NVIDIA targets only", "drop them with --gfx")
+    r = amd_occupancy(gfx, args.threads, args.regs, args.accum_vgpr, args.sgpr, args.lds, args.wave_size)
+
+    def draw() -> None:
+        out = console()
+        out.print("[bold]occupancy (identity 6)[/bold]   occ = active waves / max waves   [dim](modelled)[/dim]")
+        out.print(f"  {r.gfx} ({r.arch}): {r.workgroup_size} work-items ({r.waves_per_workgroup} wave{r.wave_size}s) "
+                  f"per workgroup, {r.arch_vgpr} arch + {r.accum_vgpr} accum VGPRs, {r.sgpr} SGPRs, "
+                  f"{r.lds_per_workgroup} B LDS ({r.lds_allocated} B allocated)")
+        for name in AMD_LIMIT_NAMES:
+            mark = "◀ binds" if name in r.limiters else ("not used" if name in r.unlimited else "")
+            out.print(f"  {name:<11} {r.limits[name]:>4} workgroups/{r.unit}  {mark}")
+        for step in r.steps:
+            out.print(f"  → {escape(step)}")
+        out.print(f"  [bold green]occupancy = {r.waves_per_simd:.4g} waves per SIMD = {r.occupancy_pct:.4g} %"
+                  f"[/bold green]   limited by {', '.join(r.limiters) or '—'}")
+        if r.reason:
+            out.print(f"  [bold red]cannot launch:[/bold red] {escape(r.reason)}")
+
+    emit(args, r.to_dict(), draw)
 
 
 def _cmd_tour(args: argparse.Namespace) -> None:

@@ -164,7 +164,10 @@ def report_main(args: argparse.Namespace) -> None:
         from iotrace.render.image_export import check_export
 
         check_export()  # kaleido and a browser are there, before the trace is read
-    if len(args.trace) > 1 or args.trace[0].is_dir():
+    from iotrace.trace.loader import is_export_folder
+
+    # A folder is one job's rank traces, unless it is itself one export (a rocprof-compute workload folder).
+    if len(args.trace) > 1 or (args.trace[0].is_dir() and not is_export_folder(args.trace[0])):
         _ranks_main(args, fmt)
         return
     report = _build(args, args.trace[0], plugin=args.plugin, shape=args.shape, dtype=args.dtype)

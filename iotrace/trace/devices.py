@@ -90,6 +90,20 @@ def unmatched_notes(rows: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
+def amd_card_key(row: dict[str, Any]) -> str | None:
+    """The CardBook key of an AMD device row from its name, gfx target (``arch``), CUs and memory
+    (:func:`iotrace.cards.match_amd`); None where those fit no card or more than one (an MI210 and one MI250 GCD
+    record the same), since a guessed card would give the roofline the wrong peaks."""
+    from iotrace.cards import match_amd
+
+    name, arch = row.get("name"), row.get("arch")
+    memory = row.get("memory_bytes")
+    memory_gb = float(memory) / 2**30 if isinstance(memory, (int, float)) and memory == memory and memory > 0 else None
+    found = match_amd(name if isinstance(name, str) else None, arch if isinstance(arch, str) else None,
+                      _sm_count(row.get("sm_count")), memory_gb)
+    return None if found.card is None or found.gcd else found.card.key
+
+
 def with_cards(rows: list[dict[str, Any]], notes: list[str] | None = None) -> list[dict[str, Any]]:
     """Each device row with ``vendor`` (when not given) and ``card`` filled in.
 
@@ -100,7 +114,8 @@ def with_cards(rows: list[dict[str, Any]], notes: list[str] | None = None) -> li
         row = dict(row)
         if row.get("vendor") is None:
             row["vendor"] = vendor_of(row.get("name"), row.get("warp_size"))
-        row["card"] = card_key(row.get("name"), _sm_count(row.get("sm_count"))) if row.get("vendor") != "amd" else None
+        row["card"] = (card_key(row.get("name"), _sm_count(row.get("sm_count"))) if row.get("vendor") != "amd"
+                       else amd_card_key(row))
         out.append(row)
     if notes is not None:
         notes.extend(unmatched_notes(out))

@@ -25,8 +25,13 @@ from iotrace.trace.parser import Head, TraceParser, read_head
 from iotrace.trace.registry import BuiltinParser, parsers
 from iotrace.trace.tables import TraceTables
 
-__all__ = ["describe_unknown", "load", "sniff"]
+__all__ = ["WORKLOAD_FILES", "describe_unknown", "is_export_folder", "load", "sniff"]
 
+#: The files of a rocprof-compute (Omniperf) workload folder, the one kind of folder that is an export: the
+#: profile step writes them side by side (ROCm/rocprofiler-compute src/rocprof_compute_profile/profiler_base.py);
+#: the first two are required.
+WORKLOAD_FILES = ("pmc_perf.csv", "sysinfo.csv", "timestamps.csv", "roofline.csv", "pmc_kernel_top.csv",
+                  "pmc_dispatch_info.csv")
 # What a damaged file can make the standard library or pandas raise while a parser reads it.
 _DAMAGE = (ValueError, TypeError, KeyError, IndexError, LookupError, ArithmeticError, EOFError, UnicodeError,
            zlib.error, sqlite3.Error, json.JSONDecodeError, RecursionError, OSError)
@@ -47,12 +52,17 @@ def _candidates(head: Head, not_read_yet: bool) -> Iterator[TraceParser]:
 def load(path: str | Path) -> TraceTables:
     """Read the profiler export at ``path``, whatever its name, into one :class:`TraceTables`.
 
+    ``path`` is a file, or a folder that is one export: a rocprof-compute workload folder (sysinfo.csv, pmc_perf.csv
+    and their siblings), read as its pmc_perf.csv would be.
+
     :raises TraceFormatError: the file is missing, empty, damaged or of no format iotrace reads.
     :raises TraceToolError: the format needs a tool that is not installed (``nsys``, ``ncu_report``).
     """
     path = Path(path)
     if not path.exists():
         raise TraceFormatError(path, "does not exist", "check the path")
+    if path.is_dir():
+        path = _folder_export(path)
     if not path.is_file():
         raise TraceFormatError(path, "is not a file", "give the path of a profiler export")
     try:
@@ -81,6 +91,22 @@ def load(path: str | Path) -> TraceTables:
     if pending is not None:
         raise TraceFormatError(path, pending.problem, reads)
     raise TraceFormatError(path, describe_unknown(head), reads)
+
+
+def is_export_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder that is one export (a rocprof-compute workload), read whole by :func:`load`."""
+    return path.is_dir() and any((path / name).is_file() for name in WORKLOAD_FILES)
+
+
+def _folder_export(folder: Path) -> Path:
+    """The file :func:`load` sniffs for a folder: a rocprof-compute workload's first file present (its reader checks
+    the rest and reads the whole folder); any other folder is refused."""
+    found = next((folder / name for name in WORKLOAD_FILES if (folder / name).is_file()), None)
+    if found is None:
+        raise TraceFormatError(folder, "is a folder, not a profiler export (nor a rocprof-compute workload folder, "
+                                       f"which holds {' and '.join(WORKLOAD_FILES[:2])})",
+                               "give the path of a profiler export or of a workload folder")
+    return found
 
 
 def describe_unknown(head: Head) -> str:

@@ -53,6 +53,10 @@ KERNEL_COLUMNS: dict[str, str] = {
     # The launching API call's end, and for a kernel a CUDA graph ran: that graph launch call's correlation id (the
     # kernel's own, as CUPTI gives a graph's kernels), the graph's id and the node's id where the file records them.
     "launch_end_ns": "Int64", "graph_launch_id": "Int64", "graph_id": "Int64", "graph_node_id": "Int64",
+    # AMD dispatches (rocprof, rocpd): per-work-item architectural and accumulation (MFMA) VGPRs, SGPRs per wave and
+    # the wavefront size (32 or 64): AMD's occupancy limits, which registers_per_thread cannot hold. Names: rocprof v1
+    # results.csv columns arch_vgpr/accum_vgpr/sgpr/wave_size (ROCm/rocprofiler doc/rocprof.md, "Output").
+    "arch_vgpr": "Int64", "accum_vgpr": "Int64", "sgpr": "Int64", "wave_size": "Int64",
 }
 METRIC_COLUMNS: dict[str, str] = {"kernel_id": "int64", "metric": "object", "unit": "object", "value": "float64"}
 RANGE_COLUMNS: dict[str, str] = {
@@ -65,6 +69,8 @@ DEVICE_COLUMNS: dict[str, str] = {
     "l2_bytes": "Int64", "warp_size": "Int64", "max_threads_per_block": "Int64", "max_warps_per_sm": "Int64",
     "max_blocks_per_sm": "Int64", "max_regs_per_sm": "Int64", "max_smem_per_sm": "Int64",
     "max_smem_per_block_optin": "Int64", "card": "object",
+    # The ISA target an AMD agent reports (rocminfo, rocpd_info_agent.name: "gfx942"); None for NVIDIA (cc says it).
+    "arch": "object",
 }
 #: CPU ops with their input shapes (Kineto traces recorded with record_shapes; see trace_fields.toml's shaped_ops):
 #: the lists are as the file writes them, e.g. input_dims [[1024, 1705], [1705, 512]], input_types ["float", ...].

@@ -1,17 +1,15 @@
-"""Outputs iotrace recognises but does not read yet: AMD's rocprof family and LLM serving/benchmark results.
+"""Outputs iotrace recognises but does not read yet: LLM serving/benchmark results.
 
-:func:`identify` looks at a file's first bytes (and, for an SQLite file, its table names) and says what the file
-is, so :func:`iotrace.trace.load` refuses it in one line that names it, instead of reading it as the format it
-happens to resemble (a rocprof v1 JSON is a Chrome trace, a benchmark JSONL starts like a Kineto trace, a rocpd
-database is SQLite like an Nsight Systems export). Each signature is stated once below, with where it comes from.
-Nothing here reads more than the head, except the table names of an SQLite file's schema.
+:func:`identify` looks at a file's first bytes and says what the file is, so :func:`iotrace.trace.load` refuses it
+in one line that names it, instead of reading it as the format it happens to resemble (a benchmark JSONL starts like
+a Kineto trace). Each signature is stated once below, with where it comes from. Nothing here reads more than the
+head. (AMD's rocprof outputs, once refused here, are read: ``rocprof_v1``, ``rocprof_v1_json``, ``rocpd_sqlite``,
+``rocprof_compute``.)
 """
 
 from __future__ import annotations
 
 import re
-import sqlite3
-from contextlib import closing
 from dataclasses import dataclass
 
 from iotrace.trace.formats._sniff import SQLITE_MAGIC
@@ -19,7 +17,6 @@ from iotrace.trace.parser import Head
 
 __all__ = ["NotReadYet", "identify"]
 
-ROCPROF = "rocprof output"
 BENCHMARK = "LLM benchmark results"
 
 
@@ -39,29 +36,6 @@ class NotReadYet:
 # --- CSV header rows (first line of the file; cells stripped of spaces and quotes) ------------------------------
 # (columns the header holds, what the file is), most specific first.
 _CSV: tuple[tuple[frozenset[str], str], ...] = (
-    # rocprof v1 --stats: results.stats.csv / hip_stats.csv / copy_stats.csv (ROCm/rocprofiler bin/tblextr.py)
-    (frozenset({"Name", "Calls", "TotalDurationNs", "AverageNs", "Percentage"}),
-     "a rocprof v1 --stats summary CSV (AMD ROCm)"),
-    # rocprof v1 per-dispatch results.csv with --timestamp/--stats (ROCm/rocprofiler doc/rocprof.md, "Output")
-    (frozenset({"Index", "KernelName", "gpu-id", "queue-id", "grd", "wgr", "BeginNs", "EndNs"}),
-     "a rocprof v1 per-dispatch kernel trace CSV (AMD ROCm)"),
-    # rocprof v1 -i "pmc: ..." per-dispatch counter CSV (ROCm/rocprofiler doc/rocprof.md, "Output")
-    (frozenset({"Index", "KernelName", "gpu-id", "queue-id", "grd", "wgr"}),
-     "a rocprof v1 per-dispatch counter CSV (AMD ROCm)"),
-    # rocprof-compute (Omniperf) workload folder files (ROCm/rocprofiler-compute, formerly ROCm/omniperf):
-    # timestamps.csv, pmc_perf.csv, pmc_kernel_top.csv, pmc_dispatch_info.csv, sysinfo.csv, roofline.csv
-    (frozenset({"Dispatch_ID", "Kernel_Name", "Start_Timestamp", "End_Timestamp", "DispatchNs", "CompleteNs"}),
-     "a rocprof-compute (Omniperf) workload's timestamps.csv (AMD ROCm)"),
-    (frozenset({"Dispatch_ID", "GPU_ID", "Grid_Size", "Workgroup_Size", "Arch_VGPR", "SGPR"}),
-     "a rocprof-compute (Omniperf) workload's pmc_perf.csv (AMD ROCm per-dispatch counters)"),
-    (frozenset({"Kernel_Name", "Count", "Sum(ns)", "Mean(ns)", "Median(ns)", "Pct"}),
-     "a rocprof-compute (Omniperf) workload's pmc_kernel_top.csv (AMD ROCm)"),
-    (frozenset({"Dispatch_ID", "Kernel_Name", "GPU_ID"}),
-     "a rocprof-compute (Omniperf) workload's pmc_dispatch_info.csv (AMD ROCm)"),
-    (frozenset({"workload_name", "command", "ip_blocks", "rocm_version", "gpu_arch"}),
-     "a rocprof-compute (Omniperf) workload's sysinfo.csv (AMD ROCm)"),
-    (frozenset({"device", "HBMBw", "L2Bw", "L1Bw", "LDSBw", "FP32Flops"}),
-     "a rocprof-compute (Omniperf) workload's roofline.csv (AMD ROCm measured peaks)"),
 )
 
 # --- JSON documents and JSON lines (top-level keys of the first record) -----------------------------------------
@@ -81,19 +55,14 @@ _JSON_KEYS: tuple[tuple[frozenset[str], str], ...] = (
      "a vLLM benchmark_throughput result file (JSON)"),
 )
 _KEY = re.compile(r'"([^"\\]{1,80})"\s*:')
-# rocprof v1 writes its Chrome trace with every event value quoted, "ts":"<digits>", and its rocminfo dump under
-# otherData (ROCm/rocprofiler bin/sqlitedb.py: dump_json, metadata_json); Chrome-trace writers (Kineto) write numbers.
-_ROCPROF_JSON = re.compile(r'"traceEvents"\s*:.*?"(?:ts|dur)"\s*:\s*"\d|"HSASystemAttributes\.', re.DOTALL)
 # llama-bench -o md table header: | model | size | params | backend | ... | test | t/s | (tools/llama-bench/README.md)
 _LLAMA_BENCH_MD = frozenset({"model", "size", "params", "backend", "test", "t/s"})
-# rocprofv3 --output-format rocpd: an SQLite database of rocpd_* tables (ROCm/rocprofiler-sdk, "rocpd" schema)
-_ROCPD_PREFIX = "rocpd_"
 
 
 def identify(head: Head) -> NotReadYet | None:
     """What ``head``'s file is when it is one of the outputs iotrace does not read yet, else None. Never raises."""
     if head.raw.startswith(SQLITE_MAGIC):
-        return _sqlite(head)
+        return None  # an SQLite database: Nsight Systems' and rocpd's readers tell them apart
     text = head.text
     if text is None:
         return None
@@ -101,11 +70,6 @@ def identify(head: Head) -> NotReadYet | None:
     if text[:1] in ("{", "["):
         return _json(text)
     lines = text.splitlines()
-    if lines:
-        header = {cell.strip().strip('"') for cell in lines[0].split(",")}
-        for columns, what in _CSV:
-            if columns <= header:
-                return NotReadYet(what, ROCPROF)
     for line in lines[:400]:
         if line.lstrip().startswith("|") and {cell.strip() for cell in line.split("|")} >= _LLAMA_BENCH_MD:
             return NotReadYet("a llama.cpp llama-bench report (Markdown table)", BENCHMARK)
@@ -113,8 +77,6 @@ def identify(head: Head) -> NotReadYet | None:
 
 
 def _json(text: str) -> NotReadYet | None:
-    if _ROCPROF_JSON.search(text[:65536]):
-        return NotReadYet("a rocprof v1 JSON trace (AMD ROCm)", ROCPROF)
     if re.match(r'\{\s*"traceEvents"', text):
         return None  # a Chrome trace: the Kineto reader's
     first = text[1:].lstrip() if text.startswith("[") else text  # llama-bench -o json: a list of records
@@ -123,17 +85,4 @@ def _json(text: str) -> NotReadYet | None:
     for wanted, what in _JSON_KEYS:
         if wanted <= keys:
             return NotReadYet(what, BENCHMARK)
-    return None
-
-
-def _sqlite(head: Head) -> NotReadYet | None:
-    """A rocpd database, told by its table names (read from the schema; the data is not read)."""
-    try:
-        uri = head.path.resolve().as_uri() + "?mode=ro&immutable=1"
-        with closing(sqlite3.connect(uri, uri=True)) as db:
-            names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
-    except (sqlite3.Error, OSError, ValueError, RuntimeError):
-        return None  # damaged: the SQLite reader names the fault
-    if any(str(name).startswith(_ROCPD_PREFIX) for name in names):
-        return NotReadYet("a rocprofv3 rocpd database (AMD ROCm profiler SQLite)", ROCPROF)
     return None
