@@ -209,3 +209,37 @@ def test_occupancy_json_file_holds_the_answer_and_its_curves(tmp_path: Path) -> 
     md = tmp_path / "occ.md"
     assert _run(*_occupancy(), "-o", str(md))[0] == 0
     assert "| registers | 4 | binds |" in md.read_text()
+
+
+def test_an_export_that_lost_kaleidos_page_load_race_is_tried_again_and_nothing_else_is() -> None:
+    """kaleido 1.x can evaluate in the blank page's JavaScript context on a loaded machine ("kaleido_scopes is not
+    defined"): that error gets a fresh try, up to TRIES in all; any other error is raised on the first."""
+    from iotrace.render.image_export import RACE, TRIES, with_kaleido_retry
+
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < TRIES:
+            raise RuntimeError(f"JavascriptError: ReferenceError: {RACE}")
+        return "png"
+
+    assert with_kaleido_retry(flaky) == "png" and len(calls) == TRIES
+    calls.clear()
+
+    def always() -> str:
+        calls.append(1)
+        raise RuntimeError(f"ReferenceError: {RACE}")
+
+    with pytest.raises(RuntimeError, match=RACE):
+        with_kaleido_retry(always)
+    assert len(calls) == TRIES
+    calls.clear()
+
+    def broken() -> str:
+        calls.append(1)
+        raise RuntimeError("Chromium exited")
+
+    with pytest.raises(RuntimeError, match="Chromium exited"):
+        with_kaleido_retry(broken)
+    assert len(calls) == 1

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from iotrace.notes.document import Note
-from iotrace.render.image_export import ImageExportError, export_problem, kaleido_reason
+from iotrace.render.image_export import ImageExportError, export_problem, kaleido_reason, with_kaleido_retry
 
 __all__ = ["ImageExportError", "figure_problem", "left_out_notice", "write_images"]
 
@@ -68,7 +68,8 @@ def write_images(note: Note, img_dir: Path, *, shown_as: Path | None = None) -> 
         for image in note.images:
             path = img_dir / image.file
             try:
-                image.figure.write_image(str(path), format="png", width=900, height=520, scale=1)
+                with_kaleido_retry(lambda image=image, path=path: image.figure.write_image(
+                    str(path), format="png", width=900, height=520, scale=1))
             except Exception as exc:  # kaleido's browser errors have no stable public type
                 if made:
                     for done in written:

@@ -32,11 +32,11 @@ def write_figure(figure: Any, path: Path, fmt: str) -> None:
     if fmt == "html":
         write_html(figure, path)
         return
-    from iotrace.render.image_export import ImageExportError, check_export, kaleido_reason
+    from iotrace.render.image_export import ImageExportError, check_export, kaleido_reason, with_kaleido_retry
 
     check_export()
     try:
-        figure.write_image(str(path), format=fmt)
+        with_kaleido_retry(lambda: figure.write_image(str(path), format=fmt))
     except OSError as exc:
         raise InvalidValueError(f"cannot write {path} ({exc.strerror or exc})", "choose a writable path") from exc
     except Exception as exc:  # kaleido's browser errors have no stable public type

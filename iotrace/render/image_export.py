@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
+from typing import TypeVar
 
 from iotrace.errors import IotraceError
 
-__all__ = ["BROWSERS", "ImageExportError", "check_export", "export_problem", "kaleido_reason"]
+T = TypeVar("T")
+
+__all__ = ["BROWSERS", "ImageExportError", "check_export", "export_problem", "kaleido_reason", "with_kaleido_retry"]
 
 #: The browsers kaleido (through choreographer) finds on the PATH; ``BROWSER_PATH`` names one anywhere.
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -59,3 +63,22 @@ def kaleido_reason(exc: BaseException, limit: int = REASON_CHARS) -> str:
         return text
     cut = text[:limit].rsplit(" ", 1)[0]
     return cut.rstrip(",;:") + " …"
+
+
+#: kaleido 1.x reads the tab's JavaScript context from the first ``Runtime.executionContextCreated`` after it starts
+#: navigating (kaleido/_kaleido_tab/_tab.py, ``navigate``); on a loaded machine that can be the blank page's context,
+#: where its script is not loaded, and the export fails with "kaleido_scopes is not defined" (seen on 2-core CI
+#: machines; the same export passes when idle). A fresh try gets a fresh tab; any other error is raised at once.
+RACE = "kaleido_scopes is not defined"
+TRIES = 3
+
+
+def with_kaleido_retry(export: Callable[[], T]) -> T:
+    """``export()``, tried again (up to :data:`TRIES` times in all) when kaleido lost the race above."""
+    for attempt in range(1, TRIES + 1):
+        try:
+            return export()
+        except Exception as exc:  # kaleido's browser errors have no stable public type
+            if RACE not in str(exc) or attempt == TRIES:
+                raise
+    raise AssertionError("unreachable")  # the loop returns or raises

@@ -100,6 +100,12 @@ def summarise(tables: TraceTables, top: int = 10) -> dict[str, Any]:
     keys = ("device", "name", "cc", "sm_count", "memory_bytes", "card")
     columns = [tables.column("devices", key).tolist() for key in keys]
     devices = [{key: _plain(value) for key, value in zip(keys, row, strict=True)} for row in zip(*columns, strict=True)]
+    # An AMD device is named by its gfx target and counts CUs (the devices table's vendor and arch); NVIDIA's stay as
+    # they were.
+    vendors, arches = tables.column("devices", "vendor").tolist(), tables.column("devices", "arch").tolist()
+    for device, vendor, arch in zip(devices, vendors, arches, strict=True):
+        if vendor == "amd":
+            device.update(vendor="amd", arch=_plain(arch))
     breakdown = tables.kernel_breakdown()  # no pandas: `iotrace info` on a small trace costs less than its import
     grand = sum(row.total_ns for row in breakdown)
     smem = _smem_by_name(tables) if breakdown else {}
@@ -132,12 +138,15 @@ def render_info(info: dict[str, Any], width: int = 100, wide: bool = False) -> s
              f"  format   {info['format']} ({info['tool']}, version {info['version'] or 'not stated'})",
              f"  schema   {info['schema']}"]
     counts = info["counts"]
-    lines.append(f"  counts   {counts_text(counts)}")
+    calls = counts.get("api_calls") or 0  # host API calls (CUDA/HIP runtime), where the trace records them
+    lines.append(f"  counts   {counts_text(counts)}" + (f", {_plural(calls, 'API call')}" if calls else ""))
     if info["devices"]:
         lines.append("  devices")
         for d in info["devices"]:
-            cc = f"CC {d['cc']}" if d["cc"] else "CC ?"
-            sms = f"{d['sm_count']} SMs" if d["sm_count"] is not None else "SMs ?"
+            amd = d.get("vendor") == "amd"  # gfx target and CUs (rocminfo's words) instead of CC and SMs
+            cc = (d.get("arch") or "gfx ?") if amd else f"CC {d['cc']}" if d["cc"] else "CC ?"
+            unit = "CUs" if amd else "SMs"
+            sms = f"{d['sm_count']} {unit}" if d["sm_count"] is not None else f"{unit} ?"
             card = f"card {d['card']}" if d["card"] else "no CardBook card"
             lines.append(f"    {d['device']}: {d['name'] or '(unnamed)'}, {cc}, {sms} -> {card}")
     else:
@@ -146,10 +155,13 @@ def render_info(info: dict[str, Any], width: int = 100, wide: bool = False) -> s
         of = info.get("top_kernels_of", len(info["top_kernels"]))
         shown = f"top {len(info['top_kernels'])} of {of} kernels, --top {of} lists all" \
             if of > len(info["top_kernels"]) else f"all {of} kernel{'s' * (of != 1)}"
-        lines.append(f"  top kernels by total time (measured; {shown}; smem: shared memory per block)")
+        amd = any(d.get("vendor") == "amd" for d in info["devices"])
+        tag = "lds" if amd else "smem"
+        lines.append(f"  top kernels by total time (measured; {shown}; "
+                     + ("lds: LDS per workgroup)" if amd else "smem: shared memory per block)"))
         for k in info["top_kernels"]:
             total = k.get("smem_bytes")
-            smem = f"  smem {smem_text(total['min'], total['max'])}" if total else ""
+            smem = f"  {tag} {smem_text(total['min'], total['max'])}" if total else ""
             room = width - 40 - len(smem)
             name = k["name"] if wide or len(k["name"]) <= room else k["name"][: room - 1] + "…"
             lines.append(f"    {k['share_pct']:6.2f}%  {_duration(k['total_ns']):>12}  x{k['launches']:<6} {name}"

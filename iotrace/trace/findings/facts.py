@@ -12,6 +12,7 @@ from iotrace.trace.reports.occupancy import OccupancyRow
 from iotrace.trace.reports.origin import Origin
 from iotrace.trace.reports.roofline import RooflinePoint
 from iotrace.trace.reports.stall_reasons import reason
+from iotrace.trace.reports.vendor import NVIDIA, Vocabulary
 
 __all__ = ["KernelFacts"]
 
@@ -47,6 +48,9 @@ class KernelFacts:
     plugin_params: frozenset[str] = frozenset()
     #: Nsight Compute's own rule results for this row, as the file stores them.
     stored: tuple[StoredRule, ...] = ()
+    #: The trace vendor's words and tools (:mod:`iotrace.trace.reports.vendor`): an AMD kernel's findings say CUs,
+    #: workgroups and rocprof-compute.
+    vocab: Vocabulary = NVIDIA
 
     @property
     def waits(self) -> pd.DataFrame:
@@ -77,6 +81,7 @@ class KernelFacts:
     def blocks_per_sm(self) -> int | None:
         """Blocks one SM holds at once, from iotrace's occupancy calculator (None where it could not compute)."""
         occ = self.occupancy
-        if occ is None or occ.result is None or occ.result.active_blocks_per_sm <= 0:
-            return None
-        return occ.result.active_blocks_per_sm
+        result = None if occ is None else occ.result or getattr(occ, "amd_result", None)
+        # NVIDIA's calculator says active_blocks_per_sm; AMD's (iotrace.occupancy_amd) workgroups_per_cu.
+        per = getattr(result, "active_blocks_per_sm", getattr(result, "workgroups_per_cu", None))
+        return None if per is None or per <= 0 else int(per)

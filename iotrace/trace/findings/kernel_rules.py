@@ -48,10 +48,10 @@ def _leading_stall(facts: KernelFacts) -> tuple[StallReason, float] | None:
     return None if stalls.empty else (reason(str(stalls.iloc[0]["reason"])), float(stalls.iloc[0]["share"]))
 
 
-def _sol_evidence(sol: dict[str, float]) -> list[Evidence]:
+def _sol_evidence(sol: dict[str, float], cite: str = SOL_RULE) -> list[Evidence]:
     return [Evidence(_SM, round(sol["sm_throughput_pct"], 1), "", "%"),
             Evidence(_MEMORY, round(sol["memory_throughput_pct"], 1),
-                     f"a unit >= {BINDS_PCT:g}% binds; both < {LATENCY_PCT:g}% is latency ({SOL_RULE})", "%")]
+                     f"a unit >= {BINDS_PCT:g}% binds; both < {LATENCY_PCT:g}% is latency ({cite})", "%")]
 
 
 def _bound(facts: KernelFacts) -> list[Finding]:
@@ -62,19 +62,21 @@ def _bound(facts: KernelFacts) -> list[Finding]:
     fraction, reasoning = gain if gain is not None else (None, "")
     x = roof.utilisation_pct
     evidence: list[Evidence] = []
+    cite = facts.vocab.same_check(SOL_RULE, SOL_RULE)
     if roof.bound_basis == "speed of light":
         sm, memory = roof.sol["sm_throughput_pct"], roof.sol["memory_throughput_pct"]
-        evidence += _sol_evidence(roof.sol)
-        unit = "memory" if memory >= sm else "SM"
-        text = {"latency": f"Latency bound: SM throughput {sm:.1f}% and memory throughput {memory:.1f}% of peak, "
+        evidence += _sol_evidence(roof.sol, cite)
+        su = facts.vocab.sm
+        unit = "memory" if memory >= sm else su
+        text = {"latency": f"Latency bound: {su} throughput {sm:.1f}% and memory throughput {memory:.1f}% of peak, "
                            f"both below {LATENCY_PCT:g}%; neither roof is near.",
-                "balanced": f"Balanced: SM throughput {sm:.1f}% and memory throughput {memory:.1f}% of peak, within "
+                "balanced": f"Balanced: {su} throughput {sm:.1f}% and memory throughput {memory:.1f}% of peak, within "
                             f"{BALANCED_POINTS:g} points of each other and below {BINDS_PCT:g}%; both compute and "
                             "memory traffic must fall to go faster.",
                 }.get(roof.bound, "")
         if not text:
             lead = "Memory" if roof.bound == "memory" else "Compute"
-            other = f"SM throughput {sm:.1f}%" if unit == "memory" else f"memory throughput {memory:.1f}%"
+            other = f"{su} throughput {sm:.1f}%" if unit == "memory" else f"memory throughput {memory:.1f}%"
             text = (f"{lead} bound: {unit} throughput {x:.1f}% of peak ({other}); a unit at {BINDS_PCT:g}% or more "
                     "binds." if x is not None and x >= BINDS_PCT else
                     f"{lead}-heavy: {unit} throughput {x:.1f}% of peak ({other}) leads by {BALANCED_POINTS:g} points "
@@ -89,7 +91,7 @@ def _bound(facts: KernelFacts) -> list[Finding]:
                      "level (L1 or L2), not DRAM.")
     else:
         evidence.append(Evidence("% of attainable", round(roof.pct_of_attainable or 0.0, 1),
-                                 f"latency bound below {LATENCY_PCT:g}% ({SOL_RULE})"))
+                                 f"latency bound below {LATENCY_PCT:g}% ({cite})"))
         if roof.intensity is not None:
             evidence.append(Evidence("DRAM intensity", roof.intensity, f"ridge {roof.ridge:.3g}" if roof.ridge else "",
                                      "FLOP/byte"))
@@ -111,8 +113,9 @@ def _bound(facts: KernelFacts) -> list[Finding]:
     try_next = next_step(facts, topic, ", ".join(sorted(facts.plugin_params)))
     on_tensor = "tensor" in (roof.precision or "") or "tensor" in roof.flops_lacking
     if roof.bound == "compute" and on_tensor and not facts.origin.library:
-        try_next = ("It already runs on the tensor cores: what is left is a narrower type (fp8, int8 or int4 where "
-                    "accuracy allows) or fewer instructions around the MMAs (address arithmetic, conversions).")
+        try_next = (f"It already runs on the {facts.vocab.matrix_units}: what is left is a narrower type (fp8, int8 "
+                    "or int4 where accuracy allows) or fewer instructions around the MMAs (address arithmetic, "
+                    "conversions).")
     lead = _leading_stall(facts)
     if roof.bound == "latency" and lead is not None and not facts.origin.library:
         # The wait that leads says how to hide it: a full queue (lg_throttle) needs fewer, wider accesses, not
@@ -156,8 +159,8 @@ def _model_excess(facts: KernelFacts) -> list[Finding]:
                      f"{floor * 1e6:.3g} µs of {seconds * 1e6:.3g} µs")
     return [finding(MODEL_EXCESS_RULE, facts, f"DRAM bytes are {model.dram_ratio:.1f}× what the algorithm needs "
                     f"({model.plugin} cost model).", evidence, "Look for re-reads (tiles too small for L2 reuse), "
-                    "uncoalesced access or register spills to local memory.", basis="derived", fraction=fraction,
-                    reasoning=reasoning)]
+                    f"uncoalesced access or register spills to {facts.vocab.scratch}.", basis="derived",
+                    fraction=fraction, reasoning=reasoning)]
 
 
 MODEL_EXCESS_RULE = Rule("model-excess", "roofline", f"counted DRAM bytes > {MODEL_EXCESS} x the plugin's cost model",
@@ -218,14 +221,17 @@ def _occupancy_limit(facts: KernelFacts) -> list[Finding]:
     if len(top) and str(top.iloc[0]["reason"]) not in LATENCY_STALLS:
         return []  # the dominant wait is a full queue or a busy pipe, which more warps do not shorten
     limiter = occ.limiters[0] if occ.limiters else "—"
-    result = occ.result
+    result, v = occ.result, facts.vocab
     evidence = (Evidence("theoretical occupancy (iotrace calculator)", round(occ.theoretical_pct, 2), "< 100%", "%"),
-                Evidence(f"{limiter} limit", result.limits.get(limiter), "blocks per SM"))
+                Evidence(f"{limiter} limit", result.limits.get(limiter), f"{v.block}s per {v.sm}"))
     topic_text = next_step(facts, "occupancy", limiter=limiter)
     bound = roof_fraction(facts)
+    # NVIDIA's calculator (iotrace.occupancy) and AMD's (iotrace.occupancy_amd) name the same two counts differently.
+    per_unit = getattr(result, "active_blocks_per_sm", getattr(result, "workgroups_per_cu", None))
+    lanes = getattr(result, "warps_per_block", getattr(result, "waves_per_workgroup", None))
     return [finding(OCCUPANCY, facts, f"Theoretical occupancy is {occ.theoretical_pct:.1f}%, limited by "
-                    f"{', '.join(occ.limiters) or '—'} ({result.active_blocks_per_sm} blocks of "
-                    f"{result.warps_per_block} warps per SM), and the kernel waits on latency.", evidence,
+                    f"{', '.join(occ.limiters) or '—'} ({per_unit} {v.block}s of "
+                    f"{lanes} {v.warp}s per {v.sm}), and the kernel waits on latency.", evidence,
                     topic_text, basis="modelled", fraction=None if bound is None else bound[0],
                     reasoning="" if bound is None else bound[1], severity="info")]
 
@@ -243,6 +249,8 @@ def _occupancy_mismatch(facts: KernelFacts) -> list[Finding]:
                     f"{occ.theoretical_pct_file:.2f}% ({occ.theoretical_file_source}).",
                     (Evidence("theoretical_pct", occ.theoretical_pct), Evidence("theoretical_pct_file",
                                                                                 occ.theoretical_pct_file)),
+                    "Check the card's gfx target and the workgroup's LDS; report it if the file is right."
+                    if facts.vocab.amd else
                     "Check the card's compute capability and the carveout; report it if the file is right.",
                     basis="modelled")]
 
@@ -267,11 +275,15 @@ def _achieved_gap(facts: KernelFacts) -> list[Finding]:
         return []
     gap = theoretical - occ.achieved_pct
     bound = roof_fraction(facts)
+    v = facts.vocab
+    rule = v.same_check("ncu AchievedOccupancy rule", "Nsight Compute's AchievedOccupancy rule")
     return [finding(ACHIEVED, facts, f"Achieved occupancy {occ.achieved_pct:.1f}% is {gap:.1f} points below the "
-                    f"theoretical {theoretical:.1f}% over {facts.blocks} blocks: warps or blocks finish unevenly.",
+                    f"theoretical {theoretical:.1f}% over {facts.blocks} {v.block}s: {v.warp}s or {v.block}s finish "
+                    "unevenly.",
                     (Evidence("achieved occupancy", round(occ.achieved_pct, 2), occ.achieved_source, "%"),
-                     Evidence("gap", round(gap, 2), f">= {ACHIEVED_GAP_PCT:g} points (ncu AchievedOccupancy rule)")),
-                    "Balance the work across warps and blocks (uneven loop trip counts, divergent early exits).",
+                     Evidence("gap", round(gap, 2), f">= {ACHIEVED_GAP_PCT:g} points ({rule})")),
+                    f"Balance the work across {v.warp}s and {v.block}s (uneven loop trip counts, divergent early "
+                    "exits).",
                     fraction=None if bound is None else min(bound[0], gap / theoretical),
                     reasoning="the idle share of the resident warp slots, bounded by the roof", severity="info")]
 
@@ -282,7 +294,7 @@ ACHIEVED = Rule("achieved-gap", "occupancy", f"achieved occupancy >= {ACHIEVED_G
 
 def _tf32(facts: KernelFacts) -> list[Finding]:
     roof = facts.roofline
-    if roof is None or facts.device_cc is None or float(facts.device_cc) < 8.0:
+    if roof is None or facts.vocab.amd or facts.device_cc is None or float(facts.device_cc) < 8.0:
         return []
     name = facts.name.lower()
     if roof.precision != "fp32" or not ("sgemm" in name or ("gemm" in name and "f32" in name)

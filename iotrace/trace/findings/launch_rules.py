@@ -17,6 +17,7 @@ from iotrace.trace.reports.launch_groups import config_text
 from iotrace.trace.reports.origin import classify, older_build
 from iotrace.trace.reports.records import Evidence, Finding
 from iotrace.trace.reports.time_split import COMM_KERNEL
+from iotrace.trace.reports.vendor import NVIDIA, Vocabulary
 
 __all__ = ["FILE_RULES", "LAUNCH_RULES", "TAIL_SHARE", "TINY_BLOCKS", "FileFacts"]
 
@@ -46,7 +47,9 @@ def _wave(facts: KernelFacts) -> tuple[float, str, str] | None:
     blocks, per_sm = facts.blocks, facts.blocks_per_sm
     if blocks is None or not facts.sms or per_sm is None:
         return None
-    return blocks / (facts.sms * per_sm), f"{blocks} blocks / ({facts.sms} SMs x {per_sm} blocks per SM)", "modelled"
+    v = facts.vocab
+    return (blocks / (facts.sms * per_sm), f"{blocks} {v.block}s / ({facts.sms} {v.sm}s x {per_sm} {v.block}s per "
+            f"{v.sm})", "modelled")
 
 
 def _small_grid(facts: KernelFacts) -> list[Finding]:
@@ -64,9 +67,31 @@ def _small_grid(facts: KernelFacts) -> list[Finding]:
     evidence = (Evidence("launch__grid_size", blocks, f"< {sms} SMs ({facts.sms_source}; {LAUNCH_RULE})"),
                 Evidence("blocks per SM", per_sm, "iotrace occupancy calculator" if facts.blocks_per_sm else
                          "1 assumed (no occupancy)"))
+    reasoning = (f"1 - blocks / (SMs x blocks per SM) = 1 - {blocks} / ({sms} x {per_sm}): the idle share of the GPU, "
+                 "if the work spread over every slot")
+    if facts.vocab.amd:
+        text, evidence, reasoning = _small_grid_amd(facts, blocks, sms, per_sm, threads, tiny, idle)
     return [finding(SMALL_GRID, facts, text, evidence, next_step(facts, "small-grid"), basis="derived",
-                    fraction=idle, reasoning=f"1 - blocks / (SMs x blocks per SM) = 1 - {blocks} / ({sms} x {per_sm}): "
-                    "the idle share of the GPU, if the work spread over every slot")]
+                    fraction=idle, reasoning=reasoning)]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _small_grid_amd(facts: KernelFacts, workgroups: int, cus: int, per_cu: int, items: int | None, tiny: bool,
+                    idle: float) -> tuple[str, tuple[Evidence, ...], str]:
+    """The small-grid finding in AMD's words: workgroups of work-items on CUs; the same check as ncu's rule."""
+    shape = _plural(workgroups, "workgroup") + (f" of {_plural(items, 'work-item')}" if items is not None else "")
+    text = (f"{'Tiny' if tiny else 'Small'} grid: {shape} on a {cus}-CU GPU"
+            + (f" ({_plural(workgroups * items, 'work-item')} in all)" if tiny and items else "")
+            + f"; under one wave, {idle:.0%} of the GPU's workgroup slots sit idle.")
+    evidence = (Evidence("workgroups in the grid", workgroups, f"< {cus} CUs ({facts.sms_source}; "
+                         f"{facts.vocab.same_check('', LAUNCH_RULE)})"),
+                Evidence("workgroups per CU", per_cu, "iotrace occupancy calculator" if facts.blocks_per_sm else
+                         "1 assumed (no occupancy)"))
+    return text, evidence, (f"1 - workgroups / (CUs x workgroups per CU) = 1 - {workgroups} / ({cus} x {per_cu}): "
+                            "the idle share of the GPU, if the work spread over every slot")
 
 
 SMALL_GRID = Rule("small-grid", "launch", "blocks in the grid < the device's SM count", LAUNCH_RULE, _small_grid)
@@ -83,13 +108,14 @@ def _tail(facts: KernelFacts) -> list[Finding]:
     wasted = (whole - waves) / whole
     if wasted < TAIL_SHARE:
         return []
+    v = facts.vocab
     return [finding(TAIL, facts, f"Partial last wave: {waves:.2f} waves, so the last of {whole} runs "
                     f"{(waves - whole + 1):.0%} full and up to {wasted:.0%} of the time the GPU is partly idle.",
                     (Evidence("waves", round(waves, 3), f"{source}; flagged when (ceil(w) - w) / ceil(w) >= "
-                              f"{TAIL_SHARE:g} ({LAUNCH_RULE})"),),
+                              f"{TAIL_SHARE:g} ({v.same_check(LAUNCH_RULE, LAUNCH_RULE)})"),),
                     next_step(facts, "tail"), basis="derived" if basis == "measured" else "modelled",
                     fraction=wasted, reasoning=f"(ceil(w) - w) / ceil(w) = ({whole} - {waves:.2f}) / {whole}, with "
-                    "every block taking the same time")]
+                    f"every {v.block} taking the same time")]
 
 
 TAIL = Rule("tail", "launch", "waves w >= 1 with a partial last wave wasting (ceil(w) - w) / ceil(w) >= "
@@ -124,6 +150,7 @@ class FileFacts:
     meta: dict[str, Any] = field(default_factory=dict)
     #: The same rows grouped by launch configuration (``groups`` itself unless launches are listed one by one).
     configs: pd.DataFrame | None = None
+    vocab: Vocabulary = NVIDIA
 
 
 def _not_profiled(facts: FileFacts) -> list[Finding]:
@@ -142,8 +169,10 @@ def _not_profiled(facts: FileFacts) -> list[Finding]:
                     f"failed: no counters in the file): {names} ({kernels}). Nothing is analysed, averaged or "
                     f"advised for {them}, and no section is missing because of {them}.",
                     (Evidence("launches without counters", len(ids)),),
-                    f"profile {them} again ({ran}; narrow it with --kernel-name and --launch-skip/--launch-count, "
-                    "and read ncu's ==PROF== lines for why the replay failed)", "measured",
+                    (f"profile {them} again ({ran}; narrow it with rocprof-compute profile -k KERNEL, and read its "
+                     "log for why the counters were not collected)" if facts.vocab.amd else
+                     f"profile {them} again ({ran}; narrow it with --kernel-name and --launch-skip/--launch-count, "
+                     "and read ncu's ==PROF== lines for why the replay failed)"), "measured",
                     int(failed["id"].iloc[0]), str(failed["name"].iloc[0]), "warning", NOT_PROFILED.id)]
 
 

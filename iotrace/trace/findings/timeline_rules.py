@@ -21,6 +21,7 @@ from iotrace.trace.findings.rule import Rule
 from iotrace.trace.reports.records import Evidence, Finding, Gain
 from iotrace.trace.reports.time_split import union_ns
 from iotrace.trace.reports.timeline import MEMCPY_SHARE, Timeline
+from iotrace.trace.reports.vendor import Vocabulary, vocabulary_of
 from iotrace.trace.tables import TraceTables
 
 __all__ = ["GAP_NS", "LAUNCH_BOUND_RUN", "TIMELINE_RULES", "UTIL_CHUNKS", "UTIL_PCT", "TimelineFacts"]
@@ -48,6 +49,15 @@ class TimelineFacts:
     tables: TraceTables
 
     @property
+    def vocab(self) -> Vocabulary:
+        """The trace vendor's words: an AMD trace's advice names HIP calls and ROCm tools."""
+        return vocabulary_of(self.tables)
+
+    def nsys(self, rule: str, nvidia_citation: str) -> str:
+        """The citation of Nsight Systems' ``rule``, whose check and default threshold this rule takes."""
+        return self.vocab.same_check(nvidia_citation, f"nsys {rule} rule ({NSYS_RULES})")
+
+    @property
     def span_ns(self) -> float | None:
         """The longest device span (first GPU operation's start to last one's end): what timeline gains are of."""
         split = self.line.split
@@ -71,7 +81,10 @@ RUNTIME_CALLS = ("the trace holds no CUDA runtime calls (nsys profile --trace=cu
 
 
 def _needs_calls(facts: TimelineFacts) -> str | None:
-    return RUNTIME_CALLS if facts.tables.api_calls.empty else None
+    if not facts.tables.api_calls.empty:
+        return None
+    v = facts.vocab
+    return RUNTIME_CALLS if not v.amd else f"the trace holds no {v.runtime} runtime calls ({v.api_trace})"
 
 
 def _needs_memory_kinds(facts: TimelineFacts) -> str | None:
@@ -85,7 +98,7 @@ def _needs_memory_kinds(facts: TimelineFacts) -> str | None:
 
 def _needs_launch_times(facts: TimelineFacts) -> str | None:
     if facts.line.launches is None and len(facts.tables.kernels):
-        return "the trace keeps no launch call start and end per kernel (nsys --trace=cuda; torch.profiler)"
+        return f"the trace keeps no launch call start and end per kernel ({facts.vocab.launch_trace})"
     return None
 
 
@@ -121,7 +134,8 @@ def _gpu_gaps(facts: TimelineFacts) -> list[Finding]:
                               f"({_cpu_during(facts, e[i], s[i + 1])})" for i in worst)
         out.append(Finding("timeline", f"GPU {device} sat idle in {len(long)} gap{'s' * (len(long) != 1)} of "
                                        f"{GAP_NS / 1e6:.0f} ms or more, {total / 1e6:.0f} ms in all: {described}.",
-                           (Evidence("gaps >= 500 ms", len(long), f"nsys gpu_gaps rule ({NSYS_RULES})"),
+                           (Evidence("gaps >= 500 ms", len(long), facts.nsys("gpu_gaps",
+                                                                             f"nsys gpu_gaps rule ({NSYS_RULES})")),
                             Evidence("their time", round(total / 1e6, 3), "", "ms")),
                            "Look at what the host does in each gap (above): data loading, synchronisation, Python "
                            "work between steps; overlap it with GPU work or move it off the critical path.",
@@ -151,7 +165,8 @@ def _gpu_util(facts: TimelineFacts) -> list[Finding]:
                                        f"equal stretches of its {span / 1e6:.1f} ms span (lowest "
                                        f"{util[low].min():.0f}%), {idle / 1e6:.1f} ms idle in them.",
                            (Evidence("low-utilisation chunks", len(low), f"utilisation < {UTIL_PCT:.0f}% in "
-                                     f"{UTIL_CHUNKS} chunks (nsys gpu_time_util rule, {NSYS_RULES})"),),
+                                     f"{UTIL_CHUNKS} chunks (" + facts.nsys("gpu_time_util", "nsys gpu_time_util "
+                                                                           f"rule, {NSYS_RULES}") + ")"),),
                            "Those stretches wait on the host or on dependencies: give the GPU work there (overlap "
                            "the host's work, larger batches, fewer synchronisations).", "measured",
                            rule=GPU_UTIL.id, gain=Gain(idle / span, float(span), "the idle time inside the "
@@ -184,9 +199,10 @@ def _pageable(facts: TimelineFacts) -> list[Finding]:
                                 f"pageable host memory ({'' if pd.isna(size) else f'{int(size):,} B, '}"
                                 f"{total / 1e6:.3f} ms): the driver stages them through a pinned buffer, so they "
                                 "neither overlap nor stay asynchronous.",
-                    (Evidence("pageable async copies", len(pageable), f"nsys cuda_memcpy_async rule ({NSYS_RULES})"),
+                    (Evidence("pageable async copies", len(pageable),
+                              facts.nsys("cuda_memcpy_async", f"nsys cuda_memcpy_async rule ({NSYS_RULES})")),
                      Evidence("their time", round(total / 1e6, 3), "", "ms")),
-                    "Pin the host buffers (cudaHostAlloc / cudaHostRegister; in PyTorch pin_memory=True and "
+                    f"Pin the host buffers ({facts.vocab.pin_host}; in PyTorch pin_memory=True and "
                     "non_blocking=True) so the copies run at full bandwidth and overlap compute.", "measured",
                     rule=PAGEABLE.id, gain=facts.gain(total, "the copies' time is the most pinning can save"))]
 
@@ -197,7 +213,7 @@ PAGEABLE = Rule("pageable-memcpy", "timeline", "asynchronous memcpys whose host 
                 requires=_needs_memory_kinds)
 
 
-def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str):
+def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str, amd_advice: str = ""):
     def check(facts: TimelineFacts) -> list[Finding]:
         calls = facts.tables.api_calls
         if calls.empty:
@@ -214,9 +230,9 @@ def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str):
         what = {"memcpy": "synchronous memcpy", "memset": "synchronous memset", "sync": "synchronization"}[kind]
         return [Finding("timeline", f"{len(mine)} {what} call{'s' * (len(mine) != 1)} ({names}) held the host "
                                     f"{total / 1e6:.3f} ms in all.",
-                        (Evidence(f"{what} calls", len(mine), f"nsys {nsys} rule ({NSYS_RULES})"),
+                        (Evidence(f"{what} calls", len(mine), facts.nsys(nsys, f"nsys {nsys} rule ({NSYS_RULES})")),
                          Evidence("host time in them", round(total / 1e6, 3), "", "ms")),
-                        advice, "measured", rule=rule_id,
+                        (amd_advice or advice) if facts.vocab.amd else advice, "measured", rule=rule_id,
                         gain=facts.gain(total, "the host waits the calls' whole duration; overlapping that wait "
                                                "with work saves at most it"))]
     return check
@@ -227,12 +243,18 @@ SYNC_MEMCPY = Rule("sync-memcpy", "timeline", f"synchronous (non-Async) memcpy c
                    f"({NSYS_RULES})", _sync_calls("memcpy", "sync-memcpy", "cuda_memcpy_sync",
                                                   "Use cudaMemcpyAsync on a stream with pinned host memory (PyTorch: "
                                                   ".to(device, non_blocking=True) from pinned tensors), so the host "
-                                                  "does not wait for the copy."), scope="timeline",
+                                                  "does not wait for the copy.",
+                                                  # hipMemcpyAsync (HIP runtime API reference, "Memory management").
+                                                  "Use hipMemcpyAsync on a stream with pinned host memory "
+                                                  "(hipHostMalloc; PyTorch on ROCm: .to(device, non_blocking=True) "
+                                                  "from pinned tensors), so the host does not wait for the copy."),
+                   scope="timeline",
                    requires=_needs_calls)
 SYNC_MEMSET = Rule("sync-memset", "timeline", f"synchronous (non-Async) memset calls holding the host >= "
                    f"{CALL_FLOOR:.0%} of the span", f"nsys cuda_memset_sync rule "
                    f"({NSYS_RULES})", _sync_calls("memset", "sync-memset", "cuda_memset_sync",
-                                                  "Use cudaMemsetAsync on the work's stream."), scope="timeline",
+                                                  "Use cudaMemsetAsync on the work's stream.",
+                                                  "Use hipMemsetAsync on the work's stream."), scope="timeline",
                    requires=_needs_calls)
 SYNC_API = Rule("sync-api", "timeline", "calls that block the host until the GPU finishes (device, stream or event "
                 f"synchronize, stream wait), >= {CALL_FLOOR:.0%} of the span",
@@ -271,8 +293,8 @@ def _launch_bound(facts: TimelineFacts) -> list[Finding]:
                                      f"{LAUNCH_BOUND_RUN}+ in a row (iotrace; TraceLens / HTA kernel-launch "
                                      "overhead)"),
                             Evidence("stretch span", round(spans / 1e6, 3), "", "ms")),
-                           "Capture the stretch as a CUDA graph (torch.cuda.graphs, torch.compile "
-                           "mode='reduce-overhead') or fuse its kernels, so one launch replaces many.", "measured",
+                           f"Capture the stretch as a {facts.vocab.graph} ({facts.vocab.graph_how}) or fuse its "
+                           "kernels, so one launch replaces many.", "measured",
                            rule=LAUNCH_BOUND.id, gain=facts.gain(spans - inside, "the stretches' span less their "
                                                               "kernel time: the launch overhead a graph removes")))
     return out
@@ -339,8 +361,14 @@ def _top_kernel(facts: TimelineFacts) -> list[Finding]:
     return [Finding("timeline", f"The top kernel takes {float(first['share_pct']):.0f}% of kernel time "
                                 f"({launches} launch{'es' * (launches != 1)}).",
                     (Evidence("share", round(float(first["share_pct"]), 2), "", "%"),),
-                    "Profile this kernel with ncu first: it bounds what tuning anything else can win.",
+                    f"Profile this kernel with {_profile_with(facts.vocab)} first: it bounds what tuning anything else "
+                    "can win.",
                     "measured", None, str(first["name"]), "info", TOP_KERNEL.id)]
+
+
+def _profile_with(v: Vocabulary) -> str:
+    """"ncu" (NVIDIA's text as it was), "rocprof-compute (rocprof-compute profile)"."""
+    return v.kernel_profiler if not v.amd else f"{v.kernel_profiler} ({v.kernel_profile_command})"
 
 
 TOP_KERNEL = Rule("top-kernel", "timeline", "always: the kernel with the most GPU time", "Amdahl's law: it bounds "

@@ -9,7 +9,8 @@ from __future__ import annotations
 import html
 from functools import cache
 
-from iotrace.trace.info import counts_text
+from iotrace.trace.info import counts_text, smem_text
+from iotrace.trace.render.amd import amd_card, amd_occupancy_text, is_amd_report
 from iotrace.trace.render.figures import figures
 from iotrace.trace.render.fmt import (
     STORED_TITLE,
@@ -27,7 +28,7 @@ from iotrace.trace.render.range_table import HEADERS as RANGE_HEADERS
 from iotrace.trace.render.range_table import cells as range_cells
 from iotrace.trace.render.range_table import legend as range_legend
 from iotrace.trace.reports.records import Finding
-from iotrace.trace.reports.report import Report
+from iotrace.trace.reports.report import KernelReport, Report
 from iotrace.trace.reports.stall_reasons import reason
 from iotrace.trace.reports.stalls import primary
 
@@ -82,7 +83,10 @@ def _findings(findings: list[Finding]) -> str:
 
 
 def _kernel_table(report: Report) -> str:
-    rows = [_row(["kernel", "grid", "block", "regs", "shared memory/block", "time", "launches",
+    amd = is_amd_report(report)  # AMD's words: workgroups, VGPRs/SGPRs, LDS per workgroup
+    rows = [_row(["kernel", "grid (workgroups)" if amd else "grid", "workgroup" if amd else "block",
+                  "VGPRs, SGPRs" if amd else "regs", "LDS/workgroup" if amd else "shared memory/block", "time",
+                  "launches",
                   "theoretical (iotrace / file)",
                   "achieved", "limiter", "top stall", "bound"], header=True)]
     for k in report.kernels:
@@ -92,9 +96,8 @@ def _kernel_table(report: Report) -> str:
         roof = k.roofline
         rows.append(_row([
             e(f"#{k.kernel_id} {k.name}"), e("×".join("?" if v is None else str(v) for v in k.grid)),
-            e("×".join("?" if v is None else str(v) for v in k.block)), e(k.registers if k.registers is not None
-                                                                          else "—"),
-            e(k.smem_text()), e(duration(k.duration_ns)), e(k.launches_text()),
+            e("×".join("?" if v is None else str(v) for v in k.block)), e(_registers(k)), e(_smem(k)),
+            e(duration(k.duration_ns)), e(k.launches_text()),
             e(f"{pct(None if occ is None else occ.theoretical_pct)} / "
               f"{pct(None if occ is None else occ.theoretical_pct_file)}"),
             e(pct(None if occ is None else occ.achieved_pct)), e(", ".join(occ.limiters) if occ else "—"), e(stall),
@@ -102,13 +105,30 @@ def _kernel_table(report: Report) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
+def _registers(k: KernelReport) -> str:
+    """The registers cell: NVIDIA's registers per thread, or an AMD kernel's "128 arch + 384 accum VGPRs, 112 SGPRs"."""
+    res = None if k.occupancy is None else k.occupancy.amd
+    if res is None:
+        return str(k.registers) if k.registers is not None else "—"
+    known = ["?" if v is None else f"{v:,}" for v in (res.arch_vgpr, res.accum_vgpr, res.sgpr)]
+    return f"{known[0]} arch" + (f" + {known[1]} accum" if res.accum_vgpr else "") + f" VGPRs, {known[2]} SGPRs"
+
+
+def _smem(k: KernelReport) -> str:
+    res = None if k.occupancy is None else k.occupancy.amd
+    return k.smem_text() if res is None else smem_text(res.lds_per_workgroup)
+
+
 def _details(report: Report, limit: int = 10) -> str:
     parts = []
     for k in report.kernels[:limit]:
         ranked = primary(k.stalls, k.kernel_id)
-        if not (len(ranked) or k.roofline is not None or k.stored_rules):
+        amd, amd_occ = amd_card(k), amd_occupancy_text(k.occupancy)
+        if not (len(ranked) or k.roofline is not None or k.stored_rules or amd is not None):
             continue  # nothing to detail: no heading without a body
         parts.append(f"<h3>#{k.kernel_id} {e(k.name)}</h3>")
+        if amd is not None:  # an AMD kernel's card: VGPRs, SGPRs, LDS, wave size and its occupancy in waves per CU
+            parts.append(f"<p>{e(amd)}</p>" + ("" if amd_occ is None else f"<p>Occupancy: {e(amd_occ)}</p>"))
         if len(ranked):
             rows = [_row(["stall reason (measured)", "value", "share", "what it means", "try"], header=True)]
             for r in ranked.head(6).to_dict("records"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iotrace.render.image_export import ImageExportError, check_export, kaleido_reason
+from iotrace.render.image_export import ImageExportError, check_export, kaleido_reason, with_kaleido_retry
 from iotrace.trace.render.figures import figures
 from iotrace.trace.reports.report import Report
 
@@ -22,7 +22,7 @@ def write_figures(report: Report, stem: Path, fmt: str, first: Path | None = Non
         path = first if (first is not None and name == "roofline") else stem.parent / f"{stem.name}-{name}.{fmt}"
         paths[name] = str(path)
     try:
-        pio.write_images([f for _, f in figs], [paths[n] for n, _ in figs], format=fmt)
+        with_kaleido_retry(lambda: pio.write_images([f for _, f in figs], [paths[n] for n, _ in figs], format=fmt))
     except OSError as exc:
         raise ImageExportError(f"cannot write the {fmt} figures ({exc})", "choose a writable -o path") from exc
     except Exception as exc:  # kaleido's browser errors have no stable public type

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from iotrace.trace.info import counts_text, smem_text
+from iotrace.trace.render.amd import amd_card, amd_occupancy_text, is_amd_report
 from iotrace.trace.render.fmt import (
     STORED_TITLE,
     WHERE_TITLE,
@@ -150,7 +151,8 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
                      pct(None if occ is None else occ.achieved_pct), md(", ".join(occ.limiters) if occ else "—"),
                      md(stall), md(bound_text(roof))])
     lines += [f"## {md(report.kernels_title())}", ""]
-    lines += _table(["kernel", "smem/block", "time", "launches", "theoretical (iotrace)", "theoretical (file)",
+    smem = "LDS/workgroup" if is_amd_report(report) else "smem/block"
+    lines += _table(["kernel", smem, "time", "launches", "theoretical (iotrace)", "theoretical (file)",
                      "achieved", "limiter", "top stall", "bound"], rows)
     lines += _legend(keys)
     for name, path in (images or {}).items():
@@ -158,9 +160,12 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
     for k in report.kernels[:details]:
         ranked = primary(k.stalls, k.kernel_id)
         roof = k.roofline
-        if not (len(ranked) or roof is not None or k.stored_rules):
+        amd, amd_occ = amd_card(k), amd_occupancy_text(k.occupancy)
+        if not (len(ranked) or roof is not None or k.stored_rules or amd is not None):
             continue  # nothing to detail: no heading without a body
         lines += [f"### #{k.kernel_id} {md(keys.cell(k.name))}", "", *_legend(keys)]
+        if amd is not None:  # an AMD kernel's card: VGPRs, SGPRs, LDS, wave size and its occupancy in waves per CU
+            lines += [f"{md(amd)}.", ""] + ([f"Occupancy: {md(amd_occ)}.", ""] if amd_occ is not None else [])
         if len(ranked):
             lines += _table(["stall reason (measured)", "value", "share", "what it means"],
                             [[md(reason(r["reason"]).label), num(r["value"]), pct(r["share"] * 100),

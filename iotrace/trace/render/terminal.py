@@ -21,6 +21,7 @@ from rich.text import Text
 
 from iotrace.render.console import is_natural
 from iotrace.trace.info import counts_text
+from iotrace.trace.render.amd import amd_card, amd_occupancy_text
 from iotrace.trace.render.fmt import (
     STORED_TITLE,
     WHERE_TITLE,
@@ -141,8 +142,11 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport, keys: Name
     _legend(console, keys)
     grid = "×".join("?" if v is None else str(v) for v in k.grid)
     block = "×".join("?" if v is None else str(v) for v in k.block)
-    console.print(f"  grid {grid}, block {block}, {k.registers if k.registers is not None else '?'} registers/thread, "
-                  f"shared memory/block {k.smem_text()}, {duration(k.duration_ns)} per launch, {k.launches_text()}"
+    amd = amd_card(k)  # an AMD kernel: VGPRs, SGPRs, LDS and wave size instead of registers and shared memory
+    launch = escape(amd) if amd is not None else (
+        f"grid {grid}, block {block}, {k.registers if k.registers is not None else '?'} registers/thread, "
+        f"shared memory/block {k.smem_text()}")
+    console.print(f"  {launch}, {duration(k.duration_ns)} per launch, {k.launches_text()}"
                   + (f", iotrace plugin {escape(k.plugin)}" if k.plugin else ""))
     ranked = primary(k.stalls, k.kernel_id)
     if len(ranked):
@@ -190,7 +194,12 @@ def _kernel_detail(console: Console, report: Report, k: KernelReport, keys: Name
             console.print(f"  model ({escape(m.plugin)}, modelled): {num(m.flops)} FLOPs, {bytes_(m.bytes)} — "
                           f"counters/model: DRAM {num(m.dram_ratio)}×, FLOPs {num(m.flops_ratio)}×")
     occ = k.occupancy
-    if occ is not None and (occ.theoretical_pct is not None or occ.achieved_pct is not None):
+    amd_occ = amd_occupancy_text(occ)
+    if amd_occ is not None and occ is not None and occ.amd_result is not None:
+        console.print(f"  occupancy: {escape(amd_occ)}")
+        for step in occ.amd_result.steps:
+            console.print(f"  [dim]  {escape(step)}[/]")
+    elif occ is not None and (occ.theoretical_pct is not None or occ.achieved_pct is not None):
         file_part = (f", file {pct(occ.theoretical_pct_file, 2)} ({escape(occ.theoretical_file_source)})"
                      if occ.theoretical_pct_file is not None else "")
         console.print(f"  occupancy: theoretical {pct(occ.theoretical_pct, 2)} (iotrace, CC {occ.cc}){file_part}; "

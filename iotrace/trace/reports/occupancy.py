@@ -4,7 +4,9 @@ For ncu reports the inputs are the launch metrics (``launch__block_size``, ``lau
 memory per block, the driver's reserve and the configured carveout ``launch__shared_mem_config_size``), so the
 answer must equal ncu's ``sm__maximum_warps_per_active_cycle_pct`` (tests/test_occupancy_ncu.py proves the
 calculator on the same files). For nsys and Kineto the inputs are the launch resources in the kernel table alone,
-with the driver's default (largest) carveout assumed: a modelled value, labelled so.
+with the driver's default (largest) carveout assumed: a modelled value, labelled so. An AMD kernel row (VGPRs, SGPRs,
+LDS per workgroup, wave size; :mod:`iotrace.trace.reports.amd_occupancy`) goes through iotrace's AMD calculator on the
+device's gfx target instead: waves per SIMD and CU, limited by VGPRs, SGPRs, LDS, wave or workgroup slots.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import pandas as pd
 
 from iotrace.errors import IotraceError
 from iotrace.occupancy import OccupancyResult, occupancy_of_recorded_launch
+from iotrace.occupancy_amd import AmdOccupancy
+from iotrace.trace.reports.amd_occupancy import LIMITER_WORDS, AmdResources, amd_resources, amd_theoretical
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.records import Unavailable
 
@@ -52,6 +56,16 @@ class OccupancyRow:
     basis: str
     assumptions: str = ""
     result: OccupancyResult | None = field(default=None, compare=False, repr=False)
+    #: An AMD kernel's resources and, where the gfx target is known, its occupancy (None on NVIDIA rows).
+    amd: AmdResources | None = field(default=None, compare=False)
+    amd_result: AmdOccupancy | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def active_blocks_per_sm(self) -> int | None:
+        """Blocks (AMD: workgroups) one SM (CU) holds at once by the calculator; None where it could not compute."""
+        if self.result is not None:
+            return self.result.active_blocks_per_sm
+        return None if self.amd_result is None else self.amd_result.workgroups_per_cu
 
     @property
     def agrees(self) -> bool | None:
@@ -65,7 +79,21 @@ class OccupancyRow:
                 "achieved_source": self.achieved_source, "limiters": list(self.limiters), "cc": self.cc,
                 "basis": self.basis, "agrees_with_file": self.agrees, "assumptions": self.assumptions,
                 "active_blocks_per_sm": None if self.result is None else self.result.active_blocks_per_sm,
-                "limits": None if self.result is None else dict(self.result.limits)}
+                "limits": None if self.result is None else dict(self.result.limits)} | self._amd_dict()
+
+    def _amd_dict(self) -> dict[str, Any]:
+        """The AMD keys: resources, gfx target, waves per SIMD and CU, workgroups per CU, limits and worked steps."""
+        if self.amd is None:
+            return {}
+        amd = self.amd_result
+        return {"resources": self.amd.to_dict(), "gfx": None if amd is None else amd.gfx,
+                "active_blocks_per_sm": None if amd is None else amd.workgroups_per_cu,
+                "workgroups_per_cu": None if amd is None else amd.workgroups_per_cu,
+                "waves_per_cu": None if amd is None else amd.waves_per_cu,
+                "waves_per_simd": None if amd is None else amd.waves_per_simd,
+                "max_waves_per_cu": None if amd is None else amd.max_waves_per_cu,
+                "limits": None if amd is None else {LIMITER_WORDS[k]: v for k, v in amd.limits.items()},
+                "steps": [] if amd is None else list(amd.steps)}
 
 
 @lru_cache(maxsize=4096)
@@ -86,8 +114,37 @@ def _int(value: Any) -> int | None:
     return int(value)
 
 
-def occupancy_row(kernel: pd.Series, view: MetricView, cc: str | None) -> tuple[OccupancyRow, list[Unavailable]]:
-    """One kernel's occupancy: computed from its launch resources, beside the file's stored values."""
+#: rocprof-compute's achieved occupancy ("Wavefront Occupancy" = AVG(SQ_ACCUM_PREV_HIRES / $GRBM_GUI_ACTIVE_PER_XCD)
+#: with coll_level SQ_LEVEL_WAVES, rocprofiler-compute src/rocprof_compute_soc/analysis_configs/gfx942/
+#: 0200_system-speed-of-light.yaml), not read yet: it needs sysinfo.csv's num_xcd, which the tables do not keep.
+def _amd_achieved(kid: int) -> Unavailable:
+    return Unavailable("achieved occupancy", "SQ_ACCUM_PREV_HIRES (SQ_LEVEL_WAVES) / GRBM_GUI_ACTIVE per XCD",
+                       "rocprof-compute profile", kid, "iotrace does not read it yet: it needs the XCD count "
+                       "(rocprof-compute's sysinfo num_xcd), which the trace tables do not keep")
+
+
+def _amd_row(kernel: pd.Series, view: MetricView, res: AmdResources,
+             gfx: str | None) -> tuple[OccupancyRow, list[Unavailable]]:
+    """An AMD kernel's theoretical occupancy on ``gfx``; achieved occupancy is named as not read (:func:`_amd_achieved`)
+    where the file has rocprof-compute's counters for it."""
+    kid = int(kernel["id"])
+    result, assumptions, missing = amd_theoretical(kid, res, gfx)
+    if view.get(kid, "GRBM_GUI_ACTIVE") is not None:
+        missing.append(_amd_achieved(kid))
+    limiters = () if result is None else tuple(LIMITER_WORDS[n] for n in result.limiters)
+    row = OccupancyRow(kid, str(kernel["name"]), None, res.workgroup_size, None, res.lds_per_workgroup,
+                       None if result is None else result.occupancy_pct, None, "", None, "", limiters,
+                       "launch resources from the trace (modelled)", assumptions, None, res, result)
+    return row, missing
+
+
+def occupancy_row(kernel: pd.Series, view: MetricView, cc: str | None,
+                  gfx: str | None = None) -> tuple[OccupancyRow, list[Unavailable]]:
+    """One kernel's occupancy: computed from its launch resources, beside the file's stored values. ``gfx``: the
+    device's gfx target, for an AMD kernel row (:func:`~iotrace.trace.reports.amd_occupancy.device_gfx`)."""
+    res = amd_resources(kernel)
+    if res is not None:
+        return _amd_row(kernel, view, res, gfx)
     kid = int(kernel["id"])
     name = str(kernel["name"])
     metrics = view.of(kid)

@@ -17,11 +17,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["FAMILIES", "LABELS", "TOPICS", "Origin", "built_for", "call_advice", "classify", "older_build"]
+__all__ = ["AMD_FAMILIES", "FAMILIES", "LABELS", "TOPICS", "Origin", "built_for", "call_advice", "classify",
+           "older_build"]
 
 LABELS = {"cublas": "cuBLAS", "cutlass": "CUTLASS", "cudnn": "cuDNN", "nccl": "NCCL", "aten": "PyTorch ATen",
           "triton": "Triton", "flash-attention": "FlashAttention", "tensorrt": "TensorRT", "thrust-cub": "CUB/Thrust",
-          "user": "user CUDA"}
+          "user": "user CUDA", "tensile": "Tensile (rocBLAS/hipBLASLt)", "composable-kernel": "Composable Kernel",
+          "miopen": "MIOpen", "rocclr": "ROCm runtime (ROCclr)"}
+#: The libraries that run only on AMD GPUs: their advice is AMD's whatever the trace's vocabulary.
+AMD_FAMILIES = frozenset({"tensile", "composable-kernel", "miopen", "rocclr"})
 FAMILIES = tuple(LABELS)
 TOPICS = ("memory", "compute", "latency", "occupancy", "small-grid", "tail", "old-build", "stall")
 _KNOBS = {"triton": ("BLOCK sizes", "num_warps", "num_stages"),
@@ -43,8 +47,23 @@ class Origin:
 # list: Triton kernels and extern "C" CUDA kernels). Real names each rule was written from are in
 # tests/test_kernel_origin.py, with their corpus file or public source.
 _RULES: tuple[tuple[str, str, str, str, str], ...] = (
-    # ncclKernel_AllReduce_RING_LL_Sum_float (NCCL <= 2.18), ncclDevKernel_AllReduce_Sum_bf16_RING_LL (2.19+).
+    # ncclKernel_AllReduce_RING_LL_Sum_float (NCCL <= 2.18), ncclDevKernel_AllReduce_Sum_bf16_RING_LL (2.19+); RCCL
+    # keeps NCCL's kernel names (ROCm/rccl, src/device/), and its own helpers start rccl (ROCm/rccl, src/misc/).
     ("nccl", "head", "prefix", r"^nccl[A-Za-z]*", ""),
+    ("nccl", "head", "prefix", r"^rccl[A-Za-z]*", " (RCCL)"),
+    # The ROCm runtime's blit kernels, __amd_rocclr_fillBufferAligned / copyBuffer / ... (ROCm/clr,
+    # rocclr/device/blitcl.cpp): hipMemset and hipMemcpy run them; their grid is the runtime's choice.
+    ("rocclr", "head", "prefix", r"^__amd_rocclr_\w+", ""),
+    # Composable Kernel: ck_tile::kentry<...> (ck_tile, ROCm/composable_kernel include/ck_tile/host/kernel_launch.hpp)
+    # and ck::kernel_* (ROCm/composable_kernel include/ck/tensor_operation/gpu/device/); before ATen, which
+    # instantiates CK for some of its GEMMs.
+    ("composable-kernel", "head", "namespace", r"^(?:ck_tile|ck)::", ""),
+    # Tensile's solution names, Cijk_<A><B>_<types>_..._MT64x16x32_MI16x16x1_... (ROCm/Tensile, Tensile/
+    # SolutionStructs.py: "Cijk" + the index assignments): rocBLAS and hipBLASLt GEMMs.
+    ("tensile", "head", "prefix", r"^Cijk_[A-Za-z]+", ""),
+    # MIOpen's kernels: naive_conv_* (ROCm/MIOpen src/kernels/gpu_reference_kernel/naive_conv.cpp) and MIOpen*
+    # (src/kernels/MIOpen*.cl, e.g. MIOpenBatchNormFwdTrainSpatial).
+    ("miopen", "head", "prefix", r"^(?:naive_conv_\w+|MIOpen\w*|miopen\w*)", ""),
     # FA2 flash_fwd_kernel / pytorch_flash::, FA3 flash::FlashAttnFwdSm90 inside cutlass::device_kernel, PyTorch's
     # memory-efficient attention fmha_cutlassF_* (xFormers): before CUTLASS, whose types their names carry.
     ("flash-attention", "name", "contains", r"(?:pytorch_)?flash::|FlashAttn|flash_attn", ""),
@@ -239,13 +258,82 @@ _NCCL = {
 }
 
 
-def call_advice(origin: Origin, topic: str) -> str:
-    """The advice on the call for a library kernel on ``topic`` (one of :data:`TOPICS`). Raises ValueError for a
-    Triton or user CUDA kernel (its advice is about knobs, which the caller writes) and for an unknown topic."""
+_TUNABLE_OP = "https://pytorch.org/docs/stable/cuda.tunable.html"
+_HIPGRAPH = "https://rocm.docs.amd.com/projects/HIP/en/latest/how-to/hip_runtime_api/hipgraph.html"
+_AMD_SPECS = "https://rocm.docs.amd.com/en/latest/reference/gpu-arch-specs.html"
+_AMD_TUNING = "https://rocm.docs.amd.com/en/latest/how-to/rocm-for-ai/inference-optimization/workload.html"
+_RCCL_ENV = "https://rocm.docs.amd.com/projects/rccl/en/latest/api-reference/env-variables.html"
+#: A library kernel's advice on an AMD GPU: the same topics in ROCm's words and tools (hipBLASLt, TunableOp, HIP
+#: graphs, CUs, workgroups, VGPRs, LDS), never TF32 or tensor-core advice.
+_AMD_ADVICE = {
+    "memory": "Move fewer bytes through the {label} call: fuse it with its neighbours (torch.compile fuses elementwise "
+              f"ops and GEMM epilogues, {_COMPILE}), use a narrower dtype (bf16/fp16/fp8 halve or quarter the bytes), "
+              "and batch so that each weight is read once for many rows.",
+    "compute": "Give the {label} call a faster pipe: bf16/fp16 (fp8 where the GPU has it) inputs on the matrix cores "
+               f"(MFMA), and let PyTorch's TunableOp time the hipBLASLt/rocBLAS candidates ({_TUNABLE_OP}; ROCm "
+               f"workload tuning guide, {_AMD_TUNING}).",
+    "latency": "The {label} call is too small to fill the GPU: batch calls (batched or grouped GEMM) and remove launch "
+               f"overhead with HIP graphs (hipGraph, {_HIPGRAPH}; torch.compile(mode='reduce-overhead'), {_COMPILE}).",
+    "occupancy": "Occupancy is not a knob here: {label} chose its own tile, VGPRs and LDS. Change the shape so that a "
+                 f"better kernel is picked, or let PyTorch's TunableOp time the candidates ({_TUNABLE_OP}; ROCm "
+                 f"workload tuning guide, {_AMD_TUNING}).",
+    "small-grid": "The {label} call launches fewer workgroups than the GPU has CUs: make the call bigger (batch rows, "
+                  "fuse small GEMMs into one grouped or batched call) or run independent calls on separate streams.",
+    "tail": "The last wave of the {label} kernel is partly empty: choose shapes whose tile count is a whole number of "
+            f"waves (tiles divided by the CU count, e.g. 304 CUs on MI300X, {_AMD_SPECS}); batch or split so the "
+            "count grows.",
+    "old-build": "This {label} kernel was not built for the device's gfx target. Use a ROCm and PyTorch build whose "
+                 "targets include it (on ROCm torch.cuda.get_arch_list() lists gfx targets, "
+                 "https://pytorch.org/docs/stable/generated/torch.cuda.get_arch_list.html).",
+    "stall": "These waits are inside {label}'s own code: change the call (shape, dtype, layout, fusion), not the "
+             "kernel; the wait mix tells which resource the chosen kernel waits on.",
+}
+_AMD_EXTRA = {
+    # CK's tile, pipeline and workgroup size are its instance's template parameters (ROCm/composable_kernel README:
+    # ckProfiler times the instances).
+    "composable-kernel": " With Composable Kernel the tile, pipeline and workgroup size are the instance's template "
+                         "parameters: pick another instance (ckProfiler times them, "
+                         "https://github.com/ROCm/composable_kernel).",
+    "miopen": " For convolutions, let MIOpen search its solutions (MIOPEN_FIND_MODE, "
+              "https://rocm.docs.amd.com/projects/MIOpen/en/latest/how-to/find-and-immediate.html).",
+}
+#: The ROCm runtime's blit kernels (ROCm/clr, rocclr/device/blitcl.cpp) run for hipMemset/hipMemcpy: whatever the topic,
+#: the runtime chose their code and grid, and only the calls can change.
+_ROCCLR = ("The {label} blit kernel fills or copies memory for a hipMemset or hipMemcpy call: its code and grid are "
+           "the runtime's. Issue fewer, larger fills and copies, or keep the data on the device between steps.")
+_RCCL = {
+    "memory": "RCCL moves the bytes the collective needs: send fewer (bf16 gradients, DDP communication hooks, "
+              "https://pytorch.org/docs/stable/ddp_comm_hooks.html) or overlap them with compute.",
+    "compute": "An RCCL kernel's compute is its reduction; the cost is the link. Overlap it with compute (DDP "
+               f"buckets gradients during backward, bucket_cap_mb defaults to 25 MiB, {_DDP}).",
+    "latency": "Many small collectives pay RCCL's per-call latency: fuse them into bigger buckets (raise "
+               f"bucket_cap_mb, {_DDP}) or group calls (ncclGroupStart/End, RCCL keeps NCCL's API).",
+    "occupancy": "RCCL chooses its channels (workgroups) itself; occupancy is not a knob. NCCL_MIN_NCHANNELS exists "
+                 f"({_RCCL_ENV}), but RCCL's own tuning is usually right.",
+    "small-grid": "RCCL runs one workgroup per channel by design: a small grid is normal for a collective.",
+    "tail": "Wave quantization does not apply to RCCL: its workgroups live for the whole collective.",
+    "old-build": "Use an RCCL build for the device's gfx target (the one in a current ROCm PyTorch wheel).",
+    "stall": "An RCCL kernel waits for its peers: a long one usually means a slower rank (load imbalance) or "
+             f"unoverlapped communication, not a slow kernel. Compare ranks; NCCL_ALGO/NCCL_PROTO ({_RCCL_ENV}) are "
+             "debugging settings.",
+}
+
+
+def call_advice(origin: Origin, topic: str, amd: bool = False) -> str:
+    """The advice on the call for a library kernel on ``topic`` (one of :data:`TOPICS`); ``amd``: the kernel ran on
+    an AMD GPU (ROCm's libraries always do). Raises ValueError for a Triton or user CUDA kernel (its advice is about
+    knobs, which the caller writes) and for an unknown topic."""
     if not origin.library:
         raise ValueError(f"{origin.label} kernels have knobs ({', '.join(origin.tunable)}): no call advice")
     if topic not in TOPICS:
         raise ValueError(f"unknown topic {topic!r}: one of {', '.join(TOPICS)}")
+    if amd or origin.family in AMD_FAMILIES:
+        if origin.family == "nccl":
+            return _RCCL[topic]
+        if origin.family == "rocclr":
+            return _ROCCLR.format(label=origin.label)
+        extra = _AMD_EXTRA.get(origin.family, "") if topic in ("compute", "occupancy", "small-grid") else ""
+        return _AMD_ADVICE[topic].format(label=origin.label) + extra
     if origin.family == "nccl":
         return _NCCL[topic]
     extra = _EXTRA.get(origin.family, "") if topic in ("memory", "compute", "occupancy") else ""

@@ -25,6 +25,7 @@ from iotrace.trace.findings import (
     rank,
 )
 from iotrace.trace.info import smem_columns, smem_text
+from iotrace.trace.reports.amd_occupancy import device_gfx
 from iotrace.trace.reports.capture_gaps import capture_gaps
 from iotrace.trace.reports.launch_groups import group_launches, group_metrics, unprofiled
 from iotrace.trace.reports.metricview import MetricView
@@ -37,8 +38,9 @@ from iotrace.trace.reports.range_roofline import RangeRooflines, plugin_models_b
 from iotrace.trace.reports.records import Finding, Unavailable
 from iotrace.trace.reports.roofline import RooflinePoint, roofline_point
 from iotrace.trace.reports.source_lines import KernelSourceLines, source_lines
-from iotrace.trace.reports.stalls import primary, stall_table
+from iotrace.trace.reports.stalls import amd_stalls_unavailable, primary, stall_table
 from iotrace.trace.reports.timeline import Timeline, timeline
+from iotrace.trace.reports.vendor import vocabulary_of
 from iotrace.trace.tables import TraceTables
 
 __all__ = ["CEILINGS", "KernelReport", "Report", "build_report"]
@@ -385,8 +387,12 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     ids = [int(k) for k, profiled in zip(every["id"], every["profiled"], strict=True) if profiled]
     stalls, missing = stall_table(view, ids) if view else (stall_table(view, [])[0], [])
     missing = [m for m in missing if m.kernel_id is None or m.kernel_id in shown]
+    vocab = vocabulary_of(tables)
+    if vocab.amd:  # rocprof-compute's counters have no per-reason stalls: say what it collects instead
+        missing = [amd_stalls_unavailable(m.kernel_id, True) if m.report == "warp stalls" else m for m in missing]
     if not view:
-        missing.append(Unavailable("warp stalls", "smsp__average_warps_issue_stalled_*_per_issue_active.ratio",
+        missing.append(amd_stalls_unavailable(None, False) if vocab.amd else
+                       Unavailable("warp stalls", "smsp__average_warps_issue_stalled_*_per_issue_active.ratio",
                                    "ncu --section WarpStateStats",
                                    detail="this trace has no hardware counters (profile the kernel with ncu)"))
     kernels: list[KernelReport] = []
@@ -408,9 +414,11 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         mine = stall_groups.get(kid, no_stalls)
         occ, point = None, None
         if row["profiled"]:
-            occ, occ_missing = occupancy_row(pd.Series(row), view, cc)
+            occ, occ_missing = occupancy_row(pd.Series(row), view, cc,
+                                             device_gfx(tables, device, resolved) if vocab.amd else None)
             point, roof_missing = roofline_point(view, kid, name, duration, resolved, ceilings,
-                                                 plugins.models.get(kid))
+                                                 plugins.models.get(kid),
+                                                 file_ceilings=tables.meta.get("roofline_ceilings"))
             if kid in shown:
                 missing += occ_missing + roof_missing
         origin = classify(name)
@@ -421,7 +429,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
             total, file_ns, origin, cc, sms, sms_source, occ, point, primary(mine, kid),
             view.get(kid, "smsp__issue_active.avg.per_cycle_active") if view else None,
             view.get(kid, "launch__waves_per_multiprocessor") if view else None,
-            plugins.params_of(kid), tuple(stored))
+            plugins.params_of(kid), tuple(stored), vocab)
         kernel_findings = evaluate(facts)
         findings += kernel_findings
         stats = None if pd.isna(row["median_ns"]) else {s: float(row[f"{s}_ns"]) for s in ("min", "median", "max")}
@@ -450,7 +458,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         timeline_findings, not_run = evaluate_timeline(TimelineFacts(line, tables))
         findings += timeline_findings
     configs = _select(tables, kernel, False)[0] if each_launch else None
-    findings += evaluate_file(FileFacts(every, dict(tables.meta), configs))
+    findings += evaluate_file(FileFacts(every, dict(tables.meta), configs, vocab))
     ranked = rank(findings)
     notes = list(tables.meta.get("notes", [])) + plugins.notes
     notes += capture_gaps(tables) + (not_run if line is not None else [])

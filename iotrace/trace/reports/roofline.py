@@ -15,17 +15,22 @@ Method (NERSC's hierarchical roofline, ``cyanguwa/nersc-roofline``; the same cou
   the peak of its own path and type (a dense bf16 kernel never a sparse or FP4 peak).
 * Identity 4: I = FLOPs / bytes, attainable = min(peak, I · B), ridge = peak / B.
 
+AMD kernels (rocprof-compute counters: ``SQ_*``, ``TCC_*``, ``TCP_*``) take rocprof-compute's own formulas and its
+measured ceilings (:mod:`iotrace.trace.reports.roofline_amd`) into the same point, with an LDS level beside HBM
+("dram"), L2 and vL1D ("l1").
+
 A kernel whose trace has no counters (Kineto, nsys) is placed from an iotrace plugin's cost model and its measured
 duration, and labelled modelled; without a model it is reported as not available, never as zero.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from iotrace.cards import Card
+from iotrace.trace.reports import roofline_amd as amd
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.plugin_costs import KernelModel
 from iotrace.trace.reports.records import Basis, Unavailable
@@ -360,13 +365,18 @@ def _judge(flops: float | None, dram: Level | None, peak: float | None, seconds:
 
 def roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float | None, card: Card | None,
                    ceilings: str = "auto", model: KernelModel | None = None,
+                   file_ceilings: Sequence[Mapping[str, Any]] | None = None,
                    ) -> tuple[RooflinePoint | None, list[Unavailable]]:
     """One kernel on the hierarchical roofline, or None with what is missing.
 
     :param ceilings: ``auto`` (the file's own peaks where it has them, else the card's), ``file`` or ``card``.
     :param model: the kernel's plugin cost: compared with the counters, or (without counters) the point itself.
+    :param file_ceilings: a rocprof-compute workload's measured ceilings (``tables.meta["roofline_ceilings"]``);
+        without them an AMD kernel meets the card's.
     """
     seconds = duration_ns / 1e9 if duration_ns else None
+    if view and amd.has_amd_counters(view, kid):
+        return amd_roofline_point(view, kid, kernel, duration_ns, card, ceilings, file_ceilings)
     missing: list[Unavailable] = []
     by_precision, flops_source, flops_lacking = flop_counts(view, kid, seconds)
     levels = _measured_levels(view, kid, seconds, card, ceilings)
@@ -435,3 +445,49 @@ def sol_bound(sol: dict[str, float]) -> str | None:
     if abs(sm - memory) >= BALANCED_POINTS:
         return "compute" if sm > memory else "memory"
     return "balanced"
+
+
+def amd_roofline_point(view: MetricView, kid: int, kernel: str, duration_ns: float | None, card: Card | None,
+                       ceilings: str = "auto", file_ceilings: Sequence[Mapping[str, Any]] | None = None,
+                       ) -> tuple[RooflinePoint | None, list[Unavailable]]:
+    """An AMD kernel on the hierarchical roofline (rocprof-compute's formulas and ceilings), or None with why.
+
+    The peak is that of the type with the most FLOPs (rocprof-compute draws one data type's roofs at a time); the
+    FLOPs of every type count in the total, as its ``total_flops`` does."""
+    seconds = duration_ns / 1e9 if duration_ns else None
+    missing: list[Unavailable] = []
+    lanes = card.wave_size if card is not None and card.wave_size else 64
+    counted = amd.amd_flops(view, kid, lanes)
+    found = amd.amd_bytes(view, kid)
+    roofs = amd.AmdCeilings(file_ceilings, card, ceilings)
+    hbm = next((b for level, b, _ in found if level == "dram"), None)
+    wrong = "" if hbm is None else roofs.implausible(hbm, seconds)
+    if wrong or (counted is None and not found):
+        detail = wrong or "the workload has no VALU/MFMA op counts and no TCC/TCP/LDS request counts"
+        metric = "per-dispatch TCC_EA*_RDREQ_sum and WRREQ_sum" if wrong else amd.LEVEL_COUNTER["dram"]
+        missing.append(Unavailable("roofline", metric, amd.COLLECT, kid, detail))
+        return None, missing
+    if counted is None:
+        missing.append(Unavailable("roofline FLOPs", "SQ_INSTS_VALU_FMA_F32 and SQ_INSTS_VALU_MFMA_MOPS_*", amd.COLLECT,
+                                   kid, "the workload has no per-type VALU or MFMA op counts"))
+    for level in ("dram", "l2", "l1", "lds"):
+        if not any(lv == level for lv, _, _ in found):
+            missing.append(Unavailable(f"roofline {amd.LEVEL_NAME[level]} level", amd.LEVEL_COUNTER[level],
+                                       amd.COLLECT, kid))
+    if duration_ns is None:
+        missing.append(Unavailable("roofline", "End_Timestamp − Start_Timestamp", "rocprof-compute profile", kid))
+    flops = None if counted is None else counted.total
+    by_precision = {} if counted is None else counted.by_precision
+    precision = max(by_precision, key=by_precision.__getitem__) if by_precision else None
+    if counted is None:
+        peak, peak_source = None, "none: no FLOPs counted"
+    else:
+        peak, peak_source = roofs.peak(precision)
+    levels = [Level(level, value, how, *roofs.bandwidth(level), flops / value if flops is not None and value else None)
+              for level, value, how in found]
+    dram = next((lv for lv in levels if lv.level == "dram"), None)
+    ridge, achieved, attainable, pct, bound = _judge(flops, dram, peak, seconds)
+    return RooflinePoint(kid, kernel, "measured", duration_ns, flops, by_precision,
+                         "none: no FLOPs counted" if counted is None else counted.source, precision, tuple(levels),
+                         peak, peak_source, None if dram is None else dram.intensity, ridge, achieved, attainable,
+                         pct, bound), missing

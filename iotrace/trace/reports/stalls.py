@@ -26,7 +26,7 @@ from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.records import Unavailable
 from iotrace.trace.reports.stall_reasons import canonical, reasons
 
-__all__ = ["FAMILIES", "STALL_COLUMNS", "StallFamily", "primary", "stall_table"]
+__all__ = ["FAMILIES", "STALL_COLUMNS", "StallFamily", "amd_stalls_unavailable", "primary", "stall_table"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,23 @@ def stall_table(view: MetricView, kernel_ids: list[int]) -> tuple[pd.DataFrame, 
                                        "SourceCounters)"))
     table = pd.DataFrame(rows, columns=STALL_COLUMNS)
     return table, missing
+
+
+#: rocprof-compute's "Wavefront" panel (rocprofiler-compute's analysis config, panel id 700, "Wavefront Runtime
+#: Stats": Dependency Wait Cycles SQ_WAIT_ANY, Issue Wait Cycles SQ_WAIT_INST_ANY, over SQ_WAVE_CYCLES) counts a
+#: wavefront's waits in total, not per reason; reasons per instruction come only from PC sampling (rocprofv3
+#: --pc-sampling-*; ROCm docs, "Using PC sampling", https://rocm.docs.amd.com/projects/rocprofiler-sdk/en/latest/how-to/using-pc-sampling.html).
+AMD_WAITS = "SQ_WAIT_ANY, SQ_WAIT_INST_ANY per SQ_WAVE_CYCLES (rocprof-compute's Wavefront panel)"
+
+
+def amd_stalls_unavailable(kernel_id: int | None, has_counters: bool) -> Unavailable:
+    """The wavefront-stall line of an AMD trace: what rocprof-compute collects instead of ncu's per-reason stalls."""
+    if has_counters:
+        return Unavailable("wavefront stall reasons", "stall reasons per instruction (PC sampling)",
+                           "rocprofv3 --pc-sampling-beta-enabled", kernel_id,
+                           f"this capture has {AMD_WAITS}: a wavefront's wait cycles in total, not split by reason")
+    return Unavailable("wavefront stalls", AMD_WAITS, "rocprof-compute profile", kernel_id,
+                       "this trace has no hardware counters (profile the kernel with rocprof-compute)")
 
 
 def primary(table: pd.DataFrame, kernel_id: int) -> pd.DataFrame:
