@@ -17,11 +17,11 @@ distributed evenly across all EUs"); the limits themselves are in :mod:`iotrace.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import asdict, dataclass
 
 from iotrace.cu_limits import CULimits, cu_limits
 from iotrace.errors import InvalidValueError
+from iotrace.occupancy import _as_int, _round_up  # NVIDIA's validation and rounding, shared
 
 __all__ = ["AMD_LIMIT_NAMES", "AmdOccupancy", "amd_occupancy"]
 
@@ -74,22 +74,6 @@ class AmdOccupancy:
         out["steps"] = list(self.steps)
         out["launchable"] = self.launchable
         return out
-
-
-def _as_int(name: str, value: object, low: int, high: int, hint: str) -> int:
-    if isinstance(value, bool):
-        raise InvalidValueError(f"{name}={value!r} is not a whole number", hint)
-    try:
-        number = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise InvalidValueError(f"{name}={value!r} is not a whole number", hint) from None
-    if not low <= number <= high:
-        raise InvalidValueError(f"{name}={number} is out of range: it must be between {low} and {high}", hint)
-    return number
-
-
-def _round_up(x: int, unit: int) -> int:
-    return -(-x // unit) * unit
 
 
 def _vgprs_per_lane(limits: CULimits, arch: int, accum: int) -> tuple[int, str]:

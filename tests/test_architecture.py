@@ -18,8 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "iotrace"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("iotrace", "iotrace.errors", "iotrace.checkout", "iotrace.argtypes", "iotrace.nvtx_ranges",
      "iotrace.plugin_manager"),
-    ("iotrace.cards", "iotrace.sm_limits", "iotrace.model_shapes", "iotrace.identities"),
-    ("iotrace.occupancy", "iotrace.derivations"),
+    ("iotrace.cards", "iotrace.sm_limits", "iotrace.cu_limits", "iotrace.model_shapes", "iotrace.identities"),
+    ("iotrace.occupancy", "iotrace.occupancy_amd", "iotrace.derivations"),
     ("iotrace.render",),
     ("iotrace.plugins",),
     ("iotrace.compiler",),

@@ -27,7 +27,8 @@ LIMITER_WORDS = {"waves": "wave slots", "vgprs": "VGPRs", "sgprs": "SGPRs", "lds
                  "workgroups": "workgroup slots"}
 
 
-def _int(value: Any) -> int | None:
+def whole(value: Any) -> int | None:
+    """A table cell as an int; None for a missing one (None, pandas' NA, NaN) or a non-number."""
     if value is None or value is pd.NA:
         return None
     try:
@@ -66,15 +67,15 @@ class AmdResources:
 
 def amd_resources(kernel: pd.Series) -> AmdResources | None:
     """The AMD resources of a kernel row; None for a row no AMD tool wrote (no VGPR count nor wave size)."""
-    if "arch_vgpr" not in kernel or (_int(kernel["arch_vgpr"]) is None and _int(kernel.get("wave_size")) is None):
+    if "arch_vgpr" not in kernel or (whole(kernel["arch_vgpr"]) is None and whole(kernel.get("wave_size")) is None):
         return None
-    block = [_int(kernel[f"block_{a}"]) for a in "xyz"]
+    block = [whole(kernel[f"block_{a}"]) for a in "xyz"]
     size = block[0] * (block[1] or 1) * (block[2] or 1) if block[0] is not None else None
-    lds = _int(kernel.get("smem_bytes"))
+    lds = whole(kernel.get("smem_bytes"))
     if lds is None:
-        lds = _int(kernel.get("static_smem_bytes"))
-    return AmdResources(_int(kernel["arch_vgpr"]), _int(kernel.get("accum_vgpr")), _int(kernel.get("sgpr")), lds,
-                        _int(kernel.get("local_mem_bytes_per_thread")), _int(kernel.get("wave_size")), size)
+        lds = whole(kernel.get("static_smem_bytes"))
+    return AmdResources(whole(kernel["arch_vgpr"]), whole(kernel.get("accum_vgpr")), whole(kernel.get("sgpr")), lds,
+                        whole(kernel.get("local_mem_bytes_per_thread")), whole(kernel.get("wave_size")), size)
 
 
 def amd_theoretical(kid: int, res: AmdResources, gfx: str | None) -> tuple[AmdOccupancy | None, str,

@@ -22,6 +22,7 @@ from iotrace.errors import IotraceError
 from iotrace.occupancy import OccupancyResult, occupancy_of_recorded_launch
 from iotrace.occupancy_amd import AmdOccupancy
 from iotrace.trace.reports.amd_occupancy import LIMITER_WORDS, AmdResources, amd_resources, amd_theoretical
+from iotrace.trace.reports.amd_occupancy import whole as _int
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.records import Unavailable
 
@@ -103,15 +104,6 @@ def _calculate(cc: str, threads: int, regs: int, static: int, dynamic: int, rese
                                         smem_config=config)
 
 
-def _int(value: Any) -> int | None:
-    if value is None or value is pd.NA:
-        return None
-    try:
-        if value != value:
-            return None
-    except TypeError:
-        return None
-    return int(value)
 
 
 #: rocprof-compute's achieved occupancy ("Wavefront Occupancy" = AVG(SQ_ACCUM_PREV_HIRES / $GRBM_GUI_ACTIVE_PER_XCD)
