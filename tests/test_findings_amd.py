@@ -49,7 +49,7 @@ def _texts(report: Report) -> list[str]:
     out = list(report.notes)
     for f in report.findings:
         out += [f.text, f.try_next] + [f"{e.metric} {e.threshold}" for e in f.evidence]
-    out += [u["line"] for u in report.unavailable if "stall" in u["report"]]
+    out += [u["line"] for u in report.unavailable]  # what is missing, and the command that collects it
     return out
 
 

@@ -6,6 +6,7 @@ resolves the card and assembles. Nothing here prints or plots.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from iotrace.trace.reports.roofline import RooflinePoint, roofline_point
 from iotrace.trace.reports.source_lines import KernelSourceLines, source_lines
 from iotrace.trace.reports.stalls import amd_stalls_unavailable, primary, stall_table
 from iotrace.trace.reports.timeline import Timeline, timeline
-from iotrace.trace.reports.vendor import vocabulary_of
+from iotrace.trace.reports.vendor import in_amd_terms, vocabulary_of
 from iotrace.trace.tables import TraceTables
 
 __all__ = ["CEILINGS", "KernelReport", "Report", "build_report"]
@@ -472,6 +473,11 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     hot_lines, lines_missing = source_lines(tables, view, [(k.kernel_id, k.name, k.launch_ids) for k in kernels
                                                            if k.profiled])
     missing += lines_missing
+    if vocab.amd:  # never an ncu or nsys command for an AMD trace
+        missing = [dataclasses.replace(m, **dict(zip(("report", "metric", "collect", "detail"),
+                                                      in_amd_terms(m.report, m.metric, m.collect, m.detail),
+                                                      strict=True)))
+                   for m in missing]
     ops = op_rooflines(tables, resolved) if tables.rows("ops") else pd.DataFrame(columns=OP_COLUMNS)
     return Report(tables.meta, resolved, card_source, kernels, stalls[stalls["kernel_id"].isin(list(shown))],
                   pd.DataFrame(occ_rows),

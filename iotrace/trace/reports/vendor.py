@@ -89,3 +89,37 @@ def vocabulary_of(tables: Any) -> Vocabulary:
     if "vendor" in devices and len(devices) and (devices["vendor"] == "amd").any():
         return AMD
     return NVIDIA
+
+
+#: What an AMD trace needs instead of an NVIDIA metric a report found missing, and the rocprof command that collects
+#: it: rocprof-compute's roofline counters (`rocprof-compute profile --roof-only`, rocprofiler-compute docs "Profile
+#: mode"), and rocprofv3's traces (rocprofiler-sdk docs "Using rocprofv3": --marker-trace for roctx ranges,
+#: --hip-trace for the launching calls, --kernel-trace for each dispatch's resources, --pc-sampling-beta-enabled for
+#: per-instruction samples). Keyed by the report the line is about.
+AMD_NEEDS: dict[str, tuple[str, str]] = {
+    "roofline": ("HBM bytes and FLOP counts (TCC_EA0_RDREQ/WRREQ, SQ_INSTS_VALU_*, SQ_INSTS_VALU_MFMA_MOPS_*)",
+                 "rocprof-compute profile --roof-only"),
+    "roofline FLOPs": ("SQ_INSTS_VALU_* and SQ_INSTS_VALU_MFMA_MOPS_*", "rocprof-compute profile --roof-only"),
+    "time per NVTX range": ("roctx ranges", "rocprofv3 --marker-trace --kernel-trace"),
+    "launch latency": ("each dispatch's launching HIP call", "rocprofv3 --hip-trace --kernel-trace"),
+    "theoretical occupancy": ("each dispatch's workgroup size, VGPRs, SGPRs and LDS", "rocprofv3 --kernel-trace"),
+    "achieved occupancy": ("SQ_ACCUM_PREV_HIRES (SQ_LEVEL_WAVES) / GRBM_GUI_ACTIVE per XCD", "rocprof-compute profile"),
+    "source lines": ("PC samples per instruction", "rocprofv3 --pc-sampling-beta-enabled"),
+}
+#: A missing-metric line (or its detail) that names an NVIDIA tool.
+_NVIDIA_TOOL = ("ncu", "nsys", "Nsight", "nvcc")
+#: A source-line attribution on AMD needs the code object's line table as well as the samples (hipcc -g, as for
+#: any Clang/LLVM build: ROCm docs, "Debugging with ROCgdb", compile with -g).
+_AMD_DETAIL = {"source lines": "compile with hipcc -g for the line table", "theoretical occupancy":
+               "or --card NAME for the gfx target"}
+
+
+def in_amd_terms(report: str, metric: str, collect: str, detail: str = "") -> tuple[str, str, str, str]:
+    """A missing-metric line's (report, metric, collect, detail) for an AMD trace: AMD's counter and rocprof command
+    where the line names an NVIDIA tool (a report with no AMD counterpart keeps its words), else unchanged."""
+    if any(tool in detail for tool in _NVIDIA_TOOL) or "compute capability" in detail:
+        detail = _AMD_DETAIL.get(report, "")
+    if not any(tool in collect for tool in _NVIDIA_TOOL) or report not in AMD_NEEDS:
+        return report, metric, collect, detail
+    needs, command = AMD_NEEDS[report]
+    return report.replace("NVTX range", "roctx range"), needs, command, detail
