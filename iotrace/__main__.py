@@ -1,8 +1,6 @@
 """``python -m iotrace``: the same as the ``iotrace`` command."""
 
-import sys
-
-from iotrace.cli import main
+from iotrace.cli import run
 
 if __name__ == "__main__":  # compile workers are spawned processes that re-import this module
-    sys.exit(main())
+    run()

@@ -137,9 +137,7 @@ def render_info(info: dict[str, Any], width: int = 100, wide: bool = False) -> s
     lines = [f"{info['source']}",
              f"  format   {info['format']} ({info['tool']}, version {info['version'] or 'not stated'})",
              f"  schema   {info['schema']}"]
-    counts = info["counts"]
-    calls = counts.get("api_calls") or 0  # host API calls (CUDA/HIP runtime), where the trace records them
-    lines.append(f"  counts   {counts_text(counts)}" + (f", {_plural(calls, 'API call')}" if calls else ""))
+    lines.append(f"  counts   {counts_text(info['counts'])}")  # the report's counts line, word for word
     if info["devices"]:
         lines.append("  devices")
         for d in info["devices"]:
