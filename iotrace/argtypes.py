@@ -96,3 +96,14 @@ def key_values(text: str) -> dict[str, int | bool]:
     if not out:
         raise argparse.ArgumentTypeError(f"{text!r} names nothing (e.g. M=4096,N=4096)")
     return out
+
+
+def layer_counts(text: str) -> tuple[int, ...]:
+    """``0,10,99``: llama-bench ``-ngl`` values, one per table, each a whole number >= 0."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not whole numbers separated by commas") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: layer counts are >= 0")
+    return values

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("iotrace.trace",),
     ("iotrace.autotune",),
     ("iotrace.model",),
+    ("iotrace.recipes",),
     ("iotrace.notes", "iotrace.selfcheck", "iotrace.tour"),
     ("iotrace.pytest_plugin",),
     ("iotrace.cli", "iotrace.__main__"),

@@ -279,10 +279,25 @@ def test_vllm_throughput_row() -> None:
 # --- bad input ----------------------------------------------------------------------------------------------------
 
 
+def test_readme_csv_row_as_published() -> None:
+    """``-o csv`` quotes every cell; each is typed as llama-bench's ``test::get_field_type`` says."""
+    import csv
+
+    with (DATA / "llama_bench_readme_b5163.csv").open(newline="") as handle:
+        want = list(csv.DictReader(handle))
+    runs = load_bench_file(DATA / "llama_bench_readme_b5163.csv")
+    assert len(runs) == len(want) == 1
+    (run,), (row,) = runs, want
+    assert run.tokens_per_s == float(row["avg_ts"]) and run.tokens_per_s_stddev == float(row["stddev_ts"])
+    assert (run.prompt_tokens, run.gen_tokens, run.phase) == (int(row["n_prompt"]), int(row["n_gen"]), "prefill")
+    assert run.weight_bytes == int(row["model_size"]) and run.params == int(row["model_n_params"])
+    assert run.engine_version == f"{row['build_commit']} ({row['build_number']})" and run.card_key == "rtx4080"
+    assert run.raw["no_kv_offload"] is False and run.ubatch == int(row["n_ubatch"])
+
+
 @pytest.mark.parametrize(("fixture", "said"), [
     ("kineto_trace.json", "Kineto"),
     ("unrelated.json", "keys model, top1"),
-    ("llama_bench_readme_b5163.csv", "-o json or -o jsonl"),
     ("llama_bench_truncated.json", "invalid JSON at line 69"),
     ("llama_bench_bad_line.jsonl", "line 3 is not valid JSON"),
     ("llama_bench_empty.json", "empty JSON array"),

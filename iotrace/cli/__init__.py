@@ -15,14 +15,14 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
-from iotrace.cli import bench, identities, kernels, notes, quant, report, selfcheck, tune
+from iotrace.cli import bench, identities, kernels, notes, quant, recipes, report, selfcheck, tune
 from iotrace.cli.output import EXIT_USAGE, OneLineParser
 from iotrace.errors import IotraceError
 
 __all__ = ["EXIT_USAGE", "build_parser", "main"]
 
 #: The command families, in the order `iotrace --help` lists their commands.
-FAMILIES = (identities, kernels, bench, quant, report, selfcheck, notes, tune)
+FAMILIES = (identities, kernels, bench, recipes, quant, report, selfcheck, notes, tune)
 
 
 def build_parser() -> argparse.ArgumentParser:

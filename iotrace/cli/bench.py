@@ -1,5 +1,5 @@
 """``iotrace bench``: prefill and decode of a real model made of iotrace's kernels; ``iotrace bench import FILE``:
-llama-bench and vLLM bench results in the same table."""
+llama-bench, vLLM and SGLang bench results in the same table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from iotrace.argtypes import count_at_least
+from iotrace.argtypes import count_at_least, layer_counts
 from iotrace.cli.output import add_card, add_json, add_wide, console, emit
 from iotrace.errors import InvalidValueError
 
@@ -60,7 +60,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Decode a model with iotrace's kernel plugins and report prefill, decode at each depth, TTFT, "
                     "inter-token latency, VRAM, power and the exact argv, each beside its wall (identities 1 and 2). "
                     "Default: the pinned SmolLM2-135M on the shipped prompt. `iotrace bench import FILE` reads "
-                    "llama-bench and vLLM bench files into the same table.")
+                    "llama-bench, vLLM and SGLang bench files into the same table.")
     which = bench.add_mutually_exclusive_group()
     which.add_argument("--model", metavar="KEY", help="the pinned model: smollm2-135m (the default)")
     which.add_argument("--gguf", type=Path, metavar="PATH", help="any local Llama-architecture GGUF")
@@ -107,7 +107,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     bench.set_defaults(func=_cmd_bench)
 
     sub = bench.add_subparsers(dest="bench_command", metavar="import", parser_class=type(bench))
-    imported = sub.add_parser("import", help="read llama-bench (-o json|jsonl) or vLLM bench --output-json files")
+    imported = sub.add_parser("import", help="read llama-bench (-o json|jsonl|csv|md), vLLM (latency, throughput, "
+                                             "serve) and SGLang bench_serving results")
     imported.add_argument("file", type=Path, metavar="FILE")
     add_card(imported, " when the file names none (llama-bench's gpu_info is used otherwise)")
     imported.add_argument("--model", metavar="KEY",
@@ -115,8 +116,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     imported.add_argument("--batch", type=count_at_least(1), help="vLLM latency: the --batch-size it ran")
     imported.add_argument("--input-len", type=count_at_least(1), help="vLLM latency: the --input-len it ran")
     imported.add_argument("--output-len", type=count_at_least(1), help="vLLM latency: the --output-len it ran")
-    imported.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp8e4m3"),
-                          help="the weights' dtype for the walls of vLLM files (default bf16)")
+    imported.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp8", "fp8e4m3", "int8"),
+                          help="the weights' dtype for the walls of vLLM and SGLang files (default bf16)")
+    imported.add_argument("--gpus", type=count_at_least(1), default=1, metavar="N",
+                          help="tensor parallelism of a serving run (its file does not record it; default 1)")
+    imported.add_argument("--ngl", type=layer_counts, default=(), metavar="N[,N…]",
+                          help="llama-bench Markdown: the -ngl of each table, in file order, where a table hides it")
     add_wide(imported)
     add_json(imported)
     imported.set_defaults(func=_cmd_import)
@@ -269,7 +274,7 @@ def _cmd_import(args: argparse.Namespace) -> None:
     from iotrace.render.bench import print_imported
 
     runs = load_bench_file(args.file, card=args.card, model=args.model, batch=args.batch, input_len=args.input_len,
-                           output_len=args.output_len, dtype=args.dtype)
+                           output_len=args.output_len, dtype=args.dtype, gpus=args.gpus, ngl=args.ngl)
     table = imported_table(runs)
     if args.json:
         from dataclasses import asdict

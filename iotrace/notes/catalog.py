@@ -67,6 +67,12 @@ def _speculation_pays(corpus: Path) -> Note:
     return speculation_pays.build()
 
 
+def _cardbook_recipes(corpus: Path) -> Note:
+    from iotrace.notes import cardbook_recipes
+
+    return cardbook_recipes.build()
+
+
 def _tensor_cores(corpus: Path) -> Note:
     from iotrace.notes import tensor_cores
 
@@ -93,6 +99,7 @@ PUBLISHED: dict[str, Published] = {
     "speculation-pays": Published("speculation-pays", _speculation_pays, needs_corpus=False, needs_model=True),
     # Real ncu reports from the corpus and the GEMM plugin cross-compiled for sm_80 and sm_90.
     "tensor-cores": Published("tensor-cores", _tensor_cores, needs_corpus=True),
+    "cardbook-recipes": Published("cardbook-recipes", _cardbook_recipes, needs_corpus=False),
 }
 
 

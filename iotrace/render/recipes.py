@@ -1,0 +1,108 @@
+"""Terminal, Markdown and figure renderings of the recipe atlas (``iotrace recipes``): a table per card, and a plot
+per card of each recipe's decode tok/s against its wall (how close each gets to the bus).
+
+They draw the tables :mod:`iotrace.recipes.atlas` built (DataFrames) and the prediction rows (dicts); every number
+was computed there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["atlas_figure", "atlas_markdown", "predictions_markdown", "print_atlas", "print_predictions"]
+
+# Columns a per-card table leaves out: the card is its heading, the source is listed under it.
+_PER_CARD_DROP = ("card", "source")
+
+
+def _cell(value: Any, column: str = "") -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if "%" in column or abs(value) >= 100 else f"{value:,.2f}"
+    return str(value)
+
+
+def _md(value: Any, column: str = "") -> str:
+    return _cell(value, column).replace("|", "\\|").replace("\n", " ")
+
+
+def _groups(table: Any) -> list[tuple[str, Any]]:
+    return [(str(card), rows) for card, rows in table.groupby("card", sort=False)]
+
+
+def print_atlas(console: Console, table: Any) -> None:
+    """One rich table per card, every column and row; the sources listed under each."""
+    if table.empty:
+        console.print("no recipe matches")
+        return
+    for card, rows in _groups(table):
+        out = Table(title=f"{escape(card)}: {len(rows)} recipe{'s' if len(rows) != 1 else ''}",
+                    title_justify="left")
+        columns = [c for c in rows.columns if c not in _PER_CARD_DROP]
+        for col in columns:
+            out.add_column(col, justify="right" if rows[col].dtype.kind in "if" else "left", overflow="fold")
+        for _, row in rows.iterrows():
+            out.add_row(*(escape(_cell(row[c], c)) for c in columns))
+        console.print(out)
+        for source in dict.fromkeys(rows["source"]):
+            console.print(f"  source: {escape(str(source))}")
+
+
+def atlas_markdown(table: Any) -> str:
+    """A ``###`` section per card with its recipes' table and sources."""
+    if table.empty:
+        return "No recipe matches.\n"
+    parts = []
+    for card, rows in _groups(table):
+        columns = [c for c in rows.columns if c not in _PER_CARD_DROP]
+        lines = [f"### {card}", "", "| " + " | ".join(columns) + " |",
+                 "|" + "|".join("---:" if rows[c].dtype.kind in "if" else "---" for c in columns) + "|"]
+        lines += ["| " + " | ".join(_md(row[c], c) for c in columns) + " |" for _, row in rows.iterrows()]
+        lines += ["", *(f"- source: {s}" for s in dict.fromkeys(rows["source"])), ""]
+        parts.append("\n".join(lines))
+    return "\n".join(parts)
+
+
+def atlas_figure(table: Any) -> Any:
+    """A plotly figure, one panel per card: each recipe's decode tok/s (bars) and its wall (a marker above)."""
+    from plotly.subplots import make_subplots
+
+    decode = table[table["decode tok/s"].notna()]
+    groups = _groups(decode)
+    fig = make_subplots(rows=max(len(groups), 1), cols=1, subplot_titles=[card for card, _ in groups],
+                        vertical_spacing=min(0.3 / max(len(groups), 1), 0.08))
+    for i, (_, rows) in enumerate(groups, start=1):
+        labels = [f"{r['model']} {r['quant']} · {r['engine']} · {r['tests']}" + (f" · {r['load']}" if r["load"] else "")
+                  for _, r in rows.iterrows()]
+        fig.add_bar(x=labels, y=rows["decode tok/s"], name="decode tok/s", marker_color="#4c78a8",
+                    showlegend=i == 1, row=i, col=1)
+        fig.add_scatter(x=labels, y=rows["decode wall tok/s"], mode="markers", name="decode wall (identity 1)",
+                        marker={"symbol": "line-ew-open", "size": 28, "color": "#e45756", "line": {"width": 3}},
+                        showlegend=i == 1, row=i, col=1)
+        fig.update_yaxes(title_text="tok/s", row=i, col=1)
+    fig.update_layout(title="Decode tok/s of each recipe against its card's wall", height=max(320 * len(groups), 400),
+                      template="plotly_white", barmode="overlay")
+    return fig
+
+
+def print_predictions(console: Console, rows: list[dict[str, Any]], basis: str, title: str) -> None:
+    out = Table(title=escape(title), title_justify="left")
+    for col, justify in (("card", "left"), ("decode wall tok/s", "right"), ("kind", "left"), ("tok/s", "right"),
+                         ("basis", "left")):
+        out.add_column(col, justify=justify, overflow="fold")
+    for r in rows:
+        out.add_row(r["card"], _cell(r["wall_tok_s"]), r["kind"], _cell(r["tok_s"]), escape(r["basis"]))
+    console.print(out)
+    console.print(f"predicted = {escape(basis)}")
+
+
+def predictions_markdown(rows: list[dict[str, Any]], basis: str) -> str:
+    lines = ["| card | decode wall tok/s | kind | tok/s | basis |", "|---|---:|---|---:|---|"]
+    lines += [f"| {r['card']} | {_md(r['wall_tok_s'])} | {r['kind']} | {_md(r['tok_s'])} | {_md(r['basis'])} |"
+              for r in rows]
+    return "\n".join(lines) + f"\n\nPredicted = {basis}.\n"
