@@ -85,16 +85,16 @@ def corpus() -> Path:
 
 def corpus_exports(corpus: Path) -> list[Path]:
     """Every export in the corpus that loads without Nsight Systems installed (a raw .nsys-rep or .qdrep needs
-    ``nsys export``), in every folder of it but the files iotrace does not read yet (:func:`corpus_not_read_yet`), so
-    a folder added to the corpus is covered without editing a list."""
-    not_read_yet = set(corpus_not_read_yet(corpus))
+    ``nsys export``), in every folder of it but the benchmark results (:func:`corpus_bench_results`), so a folder
+    added to the corpus is covered without editing a list."""
+    bench_results = set(corpus_bench_results(corpus))
     return sorted(p for folder in corpus.iterdir() if folder.is_dir() for p in folder.iterdir()
-                  if p.is_file() and p.suffix not in (".nsys-rep", ".qdrep") and p not in not_read_yet)
+                  if p.is_file() and p.suffix not in (".nsys-rep", ".qdrep") and p not in bench_results)
 
 
-def corpus_not_read_yet(corpus: Path) -> list[Path]:
-    """Every file of the corpus folders iotrace does not read yet: LLM benchmark results (bench-outputs/). load()
-    refuses each."""
+def corpus_bench_results(corpus: Path) -> list[Path]:
+    """Every LLM benchmark result of the corpus (bench-outputs/): read by `iotrace bench import`, refused by the trace
+    loader."""
     return sorted(p for name in ("bench-outputs",) if (corpus / name).is_dir()
                   for p in (corpus / name).iterdir() if p.is_file())
 

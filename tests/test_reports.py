@@ -29,7 +29,7 @@ from iotrace.trace.reports.roofline import roofline_point
 from iotrace.trace.reports.stall_reasons import canonical, reasons
 from iotrace.trace.tables import build
 
-from .conftest import corpus_exports, corpus_not_read_yet
+from .conftest import corpus_bench_results, corpus_exports
 
 ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
 
@@ -411,20 +411,19 @@ def test_every_corpus_file_renders_in_every_text_format(corpus: Path) -> None:
                     or set(kernel["roofline"]["sol"]) == {"sm_throughput_pct", "memory_throughput_pct"}
 
 
-def test_corpus_files_not_read_yet_are_refused_before_any_report(corpus: Path) -> None:
-    """The rocprof/ and bench-outputs/ files (AMD profiler output, LLM benchmark results) get no report: load()
-    refuses each in one line that names it and says iotrace does not read it yet, never as a damaged trace."""
+def test_corpus_bench_results_are_refused_before_any_report(corpus: Path) -> None:
+    """The bench-outputs/ files (LLM benchmark results) get no trace report: load() refuses each in one line that
+    names it and the command that reads it, never as a damaged trace."""
     from iotrace.trace import TraceFormatError
 
-    refused = corpus_not_read_yet(corpus)
+    refused = corpus_bench_results(corpus)
     assert len(refused) == 5 and not set(refused) & set(corpus_exports(corpus))
     for path in refused:
         with pytest.raises(TraceFormatError) as caught:
             build_report(load(path), top=20)
         message = str(caught.value)
         assert message.startswith(f"{path}: is ") and "\n" not in message, message
-        assert ("iotrace does not read rocprof output yet" if "/rocprof/" in str(path)
-                else "iotrace does not read LLM benchmark results yet") in message
+        assert "a benchmark result and not a profiler trace" in message and "iotrace bench import FILE" in message
 
 
 def test_a_plugin_kernels_stall_finding_names_the_plugins_tuning_knobs() -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from iotrace.trace import TraceFormatError, TraceToolError, load
 from iotrace.trace.reports.report import build_report
-from tests.conftest import corpus_exports, corpus_not_read_yet, ncu_launches, run_cli
+from tests.conftest import corpus_bench_results, corpus_exports, ncu_launches, run_cli
 
 # file -> (format, kernels, launches, devices' first card, first kernel facts, extras)
 # first kernel facts: name fragment, registers, (grid), (block), duration in ns.
@@ -137,8 +137,9 @@ KINETO = sorted(n for n in EXPECTED if n.split("/")[0] in ("kineto", "kineto-ran
 NSYS_REPORTS = ["nsys/rtx3090_tensorrt_memfusion.nsys-rep", "nsys/rtx4050laptop_rgb_nsys.nsys-rep",
                 "nsys/v100_miniweather_noasync_legacy.qdrep"]
 
-# Outputs not read yet (later issues add them): file -> what its one-line refusal says it is (as PROVENANCE.md says).
-NOT_READ_YET = {
+# LLM benchmark results (read by `iotrace bench import`, tests/test_bench_import_corpus.py): file -> what the trace
+# loader's one-line refusal says it is (as PROVENANCE.md says).
+BENCH_RESULTS = {
     "bench-outputs/l40s_epyc9534_llama-bench_cpu_gpu_b7199.md": "a llama.cpp llama-bench report (Markdown table)",
     "bench-outputs/r9700_gfx1201_llama-bench_rocm_b7981.jsonl": "a llama.cpp llama-bench result file",
     "bench-outputs/8xmi300x_vllm0.6.3_benchmark_serving_llama3.1-405b-fp8_32qps.json":
@@ -165,34 +166,33 @@ def loaded(corpus: Path, name: str):
 
 def test_every_corpus_file_is_covered(corpus: Path) -> None:
     present = {str(p.relative_to(corpus)) for p in corpus.rglob("*") if p.is_file() and p.parent != corpus}
-    assert present == set(EXPECTED) | set(NSYS_REPORTS) | set(NOT_READ_YET) | ROCPROF_COMPUTE
-    assert {str(p.relative_to(corpus)) for p in corpus_not_read_yet(corpus)} == set(NOT_READ_YET)
-    assert not set(map(str, corpus_exports(corpus))) & {str(corpus / n) for n in NOT_READ_YET}
+    assert present == set(EXPECTED) | set(NSYS_REPORTS) | set(BENCH_RESULTS) | ROCPROF_COMPUTE
+    assert {str(p.relative_to(corpus)) for p in corpus_bench_results(corpus)} == set(BENCH_RESULTS)
+    assert not set(map(str, corpus_exports(corpus))) & {str(corpus / n) for n in BENCH_RESULTS}
 
 
-@pytest.mark.parametrize("name", sorted(NOT_READ_YET))
-def test_outputs_not_read_yet_are_refused_in_one_line_by_content(corpus: Path, name: str, tmp_path: Path) -> None:
-    """load() names the file and says what it is, under its own name and under one that says nothing (a link):
-    never read as the format it resembles (a Chrome trace, JSON lines, an SQLite database)."""
-    family = "LLM benchmark results"
+@pytest.mark.parametrize("name", sorted(BENCH_RESULTS))
+def test_bench_results_are_refused_as_traces_in_one_line_by_content(corpus: Path, name: str, tmp_path: Path) -> None:
+    """load() names the file, says what it is and which command reads it, under its own name and under one that
+    says nothing (a link): never read as the trace format it resembles (a Chrome trace, JSON lines)."""
     anonymous = tmp_path / "capture.bin"
     anonymous.symlink_to(corpus / name)
     for path in (corpus / name, anonymous):
         with pytest.raises(TraceFormatError) as refused:
             load(path)
         message = str(refused.value)
-        assert message.startswith(f"{path}: is {NOT_READ_YET[name]}"), message
-        assert f": iotrace does not read {family} yet — iotrace reads ncu-rep, " in message
+        assert message.startswith(f"{path}: is {BENCH_RESULTS[name]}"), message
+        assert ", a benchmark result and not a profiler trace — read it with `iotrace bench import FILE`" in message
         assert "\n" not in message and "damaged" not in message
 
 
 @pytest.mark.parametrize("name", ["bench-outputs/8xmi300x_vllm0.6.4_benchmark_throughput_405b-fp8-kv.json",
                                   "bench-outputs/4xh200_sglang_bench_serving_llama3.3-70b_offline.jsonl"])
-def test_cli_info_refuses_an_output_not_read_yet_in_one_line(corpus: Path, name: str) -> None:
+def test_cli_info_refuses_a_bench_result_in_one_line(corpus: Path, name: str) -> None:
     done = run_cli("info", str(corpus / name))
     assert (done.returncode, done.stdout, done.stderr.count("\n")) == (2, "", 1)  # one line: no traceback
-    assert done.stderr.startswith(f"iotrace: error: {corpus / name}: is {NOT_READ_YET[name]}")
-    assert "does not read" in done.stderr
+    assert done.stderr.startswith(f"iotrace: error: {corpus / name}: is {BENCH_RESULTS[name]}")
+    assert "iotrace bench import FILE" in done.stderr
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -296,6 +296,8 @@ _COMMAND = re.compile(r"(?:^|[\s/$])llama-bench\s(.*)$")
 _NGL_OPTION = re.compile(r"(?:^|\s)(?:-ngl|--n-gpu-layers)[\s=]+(\S+)")
 _TEST = re.compile(r"^(?:pp ?(\d+))?(?:\+)?(?:tg ?(\d+))?(?: @ d(\d+))?$")
 _SIZE_UNITS = {"MiB": 2 ** 20, "GiB": 2 ** 30}
+# Terminal colour codes a saved log keeps (ggml's device lines, a notebook's stream output).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PARAM_UNITS = {"M": 1e6, "B": 1e9}
 
 
@@ -446,7 +448,7 @@ def llama_markdown_rows(path: Path, text: str, setting: Setting,
     ``at`` names line n of ``text`` in messages and sources (default ``PATH:n``; a notebook's names its cell).
     """
     at = at or (lambda number: f"{path}:{number}")
-    tables = _tables(text, at)
+    tables = _tables(_ANSI.sub("", text), at)
     if not tables:
         raise InvalidValueError(f"{path} holds no llama-bench Markdown table",
                                 "paste the table with its header row (| model | size | params | backend | … |)")
@@ -468,8 +470,6 @@ def llama_markdown_rows(path: Path, text: str, setting: Setting,
 
 
 # --- Jupyter notebooks ----------------------------------------------------------------------------------------------
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def is_notebook(obj: Any) -> bool:

@@ -138,7 +138,12 @@ def load_bench_file(path: Path, card: str | None = None, model: str | None = Non
             return llama_csv_rows(path, text, setting)
         if looks_like_llama_markdown(text):
             return llama_markdown_rows(path, text, setting)
-    value, first_line = _documents(path, text)
+    try:
+        value, first_line = _documents(path, text)
+    except InvalidValueError:
+        if looks_like_llama_markdown(text):  # a Markdown report whose first line opens with [ or { (a link)
+            return llama_markdown_rows(path, text, setting)
+        raise
     cards: dict[str, tuple[Card | None, str]] = {}
     if first_line is not None:  # JSONL: (line number, object) pairs
         head = value[0][1]

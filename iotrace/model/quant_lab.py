@@ -18,6 +18,7 @@ Per format: bits per weight of the quantised matrices (scales included); weight 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -161,6 +162,25 @@ def _walls(bytes_per_token: float, params: int, cards: Sequence[str]) -> dict[st
             for key in cards}
 
 
+def _span(ids: Sequence[int], window: int | None) -> int:
+    """The tokens each teacher-forced window holds (None and any window past the text score it as one)."""
+    return min(window or len(ids), len(ids))
+
+
+#: QualityDrop per (format definition, head, ids, window span) on the cached :func:`load_baseline` weights only: the
+#: quantisation note, tests/test_quant_lab.py and the docs' `quant` examples (xdist_group "quant-lab") score the same
+#: formats on the same text, once per process. A QualityDrop is frozen.
+_DROPS: dict[tuple[Any, ...], QualityDrop] = {}
+
+
+def _drop_key(weights: LlamaWeights, fmt: QuantFormat, include_head: bool, ids: Sequence[int],
+              window: int | None) -> tuple[Any, ...] | None:
+    if not (load_baseline.cache_info().currsize and weights is load_baseline()[0]):
+        return None  # weights of the caller's own: measured every time
+    definition = (fmt.key, fmt.family, fmt.block, fmt.element_bits, fmt.scale_bits, fmt.scale_per)
+    return definition, include_head, tuple(ids), _span(ids, window)
+
+
 def run_lab(weights: LlamaWeights, tokenizer: Any, formats: Sequence[QuantFormat], cards: Sequence[str],
             tokens: int | None = None, window: int | None = 512, include_head: bool = False,
             progress: Progress | None = None) -> QuantLabResult:
@@ -176,10 +196,12 @@ def run_lab(weights: LlamaWeights, tokenizer: Any, formats: Sequence[QuantFormat
     ops = TorchOps()
     total = len(formats) + 1
     say = progress or (lambda done, total, what: None)
+    keys = [_drop_key(weights, fmt, include_head, ids, window) for fmt in formats]
 
     say(0, total, "baseline logits")
     t0 = time.perf_counter()
-    reference = teacher_forced_logits(weights, ops, ids, window)
+    measured = [key is None or key not in _DROPS for key in keys]
+    reference = teacher_forced_logits(weights, ops, ids, window) if any(measured) else None
     rows = []
     for key, bits, head_b, what in (("16-bit", 16.0, 16.0, "the baseline's values stored at 16 bits per weight"),
                                     ("gguf file", FILE_LAYER_BITS, FILE_HEAD_BITS,
@@ -187,12 +209,17 @@ def run_lab(weights: LlamaWeights, tokenizer: Any, formats: Sequence[QuantFormat
         size = step_bytes(weights, bits, head_b)
         rows.append(QuantRow(key, what, bits, head_b, size, _walls(size, params, cards), None,
                              time.perf_counter() - t0 if key == "16-bit" else 0.0))
-    for n, fmt in enumerate(formats, start=1):
+    for n, (fmt, key, measure) in enumerate(zip(formats, keys, measured, strict=True), start=1):
         say(n, total, fmt.key)
         t0 = time.perf_counter()
-        candidate = quantise_weights(weights, fmt, include_head)
-        drop = quality_drop(reference, teacher_forced_logits(candidate, ops, ids, window), ids)
-        del candidate
+        if measure:
+            candidate = quantise_weights(weights, fmt, include_head)
+            drop = quality_drop(reference, teacher_forced_logits(candidate, ops, ids, window), ids)
+            del candidate
+            if key is not None:
+                _DROPS[key] = drop
+        else:
+            drop = _DROPS[key]
         bits, hb = _matrix_bits(weights, fmt), head_bits(weights, fmt, include_head)
         size = step_bytes(weights, bits, hb)
         rows.append(QuantRow(fmt.key, fmt.description, bits, hb, size, _walls(size, params, cards), drop,
@@ -203,8 +230,10 @@ def run_lab(weights: LlamaWeights, tokenizer: Any, formats: Sequence[QuantFormat
                           card_rows, rows, time.perf_counter() - started)
 
 
+@functools.cache  # loaded once per process by the note, tests/test_quant_lab.py, the docs (xdist_group quant-lab)
 def load_baseline() -> tuple[LlamaWeights, Any]:
-    """The pinned model's weights (fp32, CPU) and its tokenizer."""
+    """The pinned model's weights (fp32, CPU) and its tokenizer (the same objects on every call in a process: callers
+    must not change them; :func:`quantise_weights` returns a copy)."""
     from iotrace.model.gguf_file import open_gguf, pinned_gguf
     from iotrace.model.tokenizer import gguf_tokenizer
     from iotrace.model.weights import from_gguf

@@ -37,17 +37,17 @@ def _sort_key(recipe: Recipe, order: dict[str, int]) -> tuple:
 
 def select(recipes: list[Recipe], card: str | None = None, model: str | None = None, quant: str | None = None,
            engine: str | None = None) -> list[Recipe]:
-    """The recipes matching every filter given: ``card`` a CardBook name (any spelling) or a machine's name as the
-    source gives it ("CPU"); ``model``, ``quant`` and ``engine`` a case-insensitive part of the recipe's."""
+    """The recipes matching every filter given: ``card`` a CardBook name (any spelling) or a machine's whole name as
+    the source gives it ("CPU"); ``model``, ``quant`` and ``engine`` a case-insensitive part of the recipe's."""
     key = None
     if card is not None:
         try:
             key = lookup(card).key
-        except UnknownCardError:
+        except UnknownCardError:  # not a CardBook card: a machine's name as the source gives it ("CPU")
             key = None
     out = []
     for r in recipes:
-        if card is not None and r.card != key and card.lower() not in r.machine.lower():
+        if card is not None and not ((key is not None and r.card == key) or card.lower() == r.machine.lower()):
             continue
         if model is not None and model.lower() not in r.model.lower():
             continue

@@ -5,9 +5,9 @@ missing) naming the file: parsers raise those for what they anticipate, and the 
 rest of what a damaged file can provoke in the standard library, pandas or SQLite, naming the format it was read
 as. Nothing half-loaded is returned: the tables are built and checked whole, or not at all.
 
-Outputs iotrace recognises but does not read yet (AMD rocprof, LLM benchmark results:
-:mod:`iotrace.trace.formats.not_read_yet`) are refused in one line that says what they are; no built-in reader is
-tried on them, so none misreads one as the format it resembles (a plugin that sniffs one still reads it).
+LLM benchmark results (:mod:`iotrace.trace.formats.bench_results`) are refused in one line that says what they are
+and which command reads them; no built-in trace reader is tried on them, so none misreads one as the format it
+resembles (a plugin that sniffs one still reads it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from iotrace.errors import IotraceError
 from iotrace.trace.errors import TraceFormatError
-from iotrace.trace.formats.not_read_yet import identify
+from iotrace.trace.formats.bench_results import identify
 from iotrace.trace.parser import Head, TraceParser, read_head
 from iotrace.trace.registry import BuiltinParser, parsers
 from iotrace.trace.tables import TraceTables
@@ -42,10 +42,10 @@ def sniff(head: Head) -> str | None:
     return next((parser.name for parser in _candidates(head, identify(head) is not None)), None)
 
 
-def _candidates(head: Head, not_read_yet: bool) -> Iterator[TraceParser]:
-    """The parsers that recognise ``head``, highest priority first; none built in for an output not read yet."""
+def _candidates(head: Head, bench_result: bool) -> Iterator[TraceParser]:
+    """The parsers that recognise ``head``, highest priority first; none built in for a benchmark result."""
     for parser in parsers():
-        if not (not_read_yet and isinstance(parser, BuiltinParser)) and parser.sniff(head):
+        if not (bench_result and isinstance(parser, BuiltinParser)) and parser.sniff(head):
             yield parser
 
 
@@ -89,7 +89,7 @@ def load(path: str | Path) -> TraceTables:
         return tables
     reads = "iotrace reads " + ", ".join(p.name for p in parsers())
     if pending is not None:
-        raise TraceFormatError(path, pending.problem, reads)
+        raise TraceFormatError(path, pending.problem, pending.hint)
     raise TraceFormatError(path, describe_unknown(head), reads)
 
 

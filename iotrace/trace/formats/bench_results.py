@@ -1,10 +1,10 @@
-"""Outputs iotrace recognises but does not read yet: LLM serving/benchmark results.
+"""LLM benchmark results given where a profiler trace is expected: told apart by content and sent to their reader.
 
 :func:`identify` looks at a file's first bytes and says what the file is, so :func:`iotrace.trace.load` refuses it
-in one line that names it, instead of reading it as the format it happens to resemble (a benchmark JSONL starts like
-a Kineto trace). Each signature is stated once below, with where it comes from. Nothing here reads more than the
-head. (AMD's rocprof outputs, once refused here, are read: ``rocprof_v1``, ``rocprof_v1_json``, ``rocpd_sqlite``,
-``rocprof_compute``.)
+in one line that names it and the commands that read it (``iotrace bench import``, ``iotrace recipes add``:
+:mod:`iotrace.model.imported`), instead of reading it as the trace format it happens to resemble (a benchmark JSONL
+starts like a Kineto trace). Each signature is stated once below, with where it comes from. Nothing here reads more
+than the head.
 """
 
 from __future__ import annotations
@@ -15,28 +15,24 @@ from dataclasses import dataclass
 from iotrace.trace.formats._sniff import SQLITE_MAGIC
 from iotrace.trace.parser import Head
 
-__all__ = ["NotReadYet", "identify"]
-
-BENCHMARK = "LLM benchmark results"
+__all__ = ["BenchResult", "identify"]
 
 
 @dataclass(frozen=True)
-class NotReadYet:
-    """What a recognised, not yet readable file is (``what``) and the family of outputs it belongs to."""
+class BenchResult:
+    """What a recognised benchmark result is (``what``), with the refusal's problem and hint."""
 
     what: str
-    family: str
 
     @property
     def problem(self) -> str:
         """The refusal, as the one-line message's problem part."""
-        return f"is {self.what}: iotrace does not read {self.family} yet"
+        return f"is {self.what}, a benchmark result and not a profiler trace"
 
+    @property
+    def hint(self) -> str:
+        return "read it with `iotrace bench import FILE`, or file it as recipes with `iotrace recipes add FILE`"
 
-# --- CSV header rows (first line of the file; cells stripped of spaces and quotes) ------------------------------
-# (columns the header holds, what the file is), most specific first.
-_CSV: tuple[tuple[frozenset[str], str], ...] = (
-)
 
 # --- JSON documents and JSON lines (top-level keys of the first record) -----------------------------------------
 # (keys the first record holds, what the file is), most specific first.
@@ -59,8 +55,8 @@ _KEY = re.compile(r'"([^"\\]{1,80})"\s*:')
 _LLAMA_BENCH_MD = frozenset({"model", "size", "params", "backend", "test", "t/s"})
 
 
-def identify(head: Head) -> NotReadYet | None:
-    """What ``head``'s file is when it is one of the outputs iotrace does not read yet, else None. Never raises."""
+def identify(head: Head) -> BenchResult | None:
+    """What ``head``'s file is when it is an LLM benchmark result, else None. Never raises."""
     if head.raw.startswith(SQLITE_MAGIC):
         return None  # an SQLite database: Nsight Systems' and rocpd's readers tell them apart
     text = head.text
@@ -72,11 +68,11 @@ def identify(head: Head) -> NotReadYet | None:
     lines = text.splitlines()
     for line in lines[:400]:
         if line.lstrip().startswith("|") and {cell.strip() for cell in line.split("|")} >= _LLAMA_BENCH_MD:
-            return NotReadYet("a llama.cpp llama-bench report (Markdown table)", BENCHMARK)
+            return BenchResult("a llama.cpp llama-bench report (Markdown table)")
     return None
 
 
-def _json(text: str) -> NotReadYet | None:
+def _json(text: str) -> BenchResult | None:
     if re.match(r'\{\s*"traceEvents"', text):
         return None  # a Chrome trace: the Kineto reader's
     first = text[1:].lstrip() if text.startswith("[") else text  # llama-bench -o json: a list of records
@@ -84,5 +80,5 @@ def _json(text: str) -> NotReadYet | None:
     keys = set(_KEY.findall(record))
     for wanted, what in _JSON_KEYS:
         if wanted <= keys:
-            return NotReadYet(what, BENCHMARK)
+            return BenchResult(what)
     return None

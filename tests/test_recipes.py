@@ -1,0 +1,243 @@
+"""``iotrace.recipes`` and ``iotrace recipes``: the published set, its walls recomputed by hand, its rows checked
+against the corpus files they came from, and filing new sources.
+
+The walls are recomputed here from the CardBook's figures (``Card.bandwidth_bytes_per_s``, ``peak_flop_per_s``)
+and the recipe's own weight bytes and parameter count, not with iotrace's wall helpers; the corpus rows are read
+with plain str/json parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from iotrace.cards import lookup
+from iotrace.errors import InvalidValueError
+from iotrace.recipes.atlas import atlas_table, predict, select
+from iotrace.recipes.store import PUBLISHED, ImportOptions, add, read_file, read_folder, recipes_of
+
+from .conftest import cli_in_process, run_cli
+
+RECIPES = read_folder(PUBLISHED)
+BENCH = "bench-outputs"
+SGLANG = "4xh200_sglang_bench_serving_llama3.3-70b_offline.jsonl"
+
+
+def _figures(recipe):
+    return [f for f in (recipe.prefill, recipe.decode, recipe.end_to_end) if f is not None]
+
+
+# --- the published set ----------------------------------------------------------------------------------------------
+
+
+def test_the_published_set_covers_at_least_six_named_cards_each_cited_at_a_commit() -> None:
+    cards = {r.card for r in RECIPES if r.card and r.placement == "gpu"}
+    assert len(cards) >= 6 and {"rtx4090", "a100-sxm4-80gb", "h100-pcie", "l40s", "mi300x", "h200-sxm"} <= cards
+    for r in RECIPES:
+        assert r.source.kind == "published" and re.fullmatch(r"[0-9a-f]{40}", r.source.commit or ""), r.source
+        assert r.source.url.startswith("https://github.com/") and f"/blob/{r.source.commit}/" in r.source.url
+        assert r.source.license and all(f.location for f in _figures(r))
+
+
+def _prefill_peak(card, quant: str) -> float:
+    """The peak llama.cpp's prefill of these weights runs at: llama-bench's ftype names the arithmetic."""
+    words = set(re.split(r"[\s\-]+", quant.upper()))
+    names = (("bf16_tensor",) if "BF16" in words else ("fp16_tensor",) if "F16" in words else
+             ("tf32_tensor", "fp32") if "F32" in words else ("int8_tensor", "fp16_tensor", "fp32"))
+    return card.peak_flop_per_s(next(n for n in names if n in card.peak_tflops))
+
+
+def test_every_published_wall_and_fraction_recomputed_by_hand() -> None:
+    checked = 0
+    for r in RECIPES:
+        d = r.derived
+        if d.decode_wall_tok_s is not None:
+            wall = r.gpus * lookup(r.card).bandwidth_bytes_per_s / r.weight_bytes  # identity 1, weights only
+            assert d.decode_wall_tok_s == pytest.approx(wall, rel=1e-9)
+            assert d.decode_fraction == pytest.approx(r.decode.tok_s / wall, rel=1e-9)
+            checked += 1
+        if d.prefill_wall_tok_s is not None:
+            card = lookup(r.card)
+            n_prompt = int(re.match(r"pp ?(\d+)", r.prefill.test).group(1))
+            tokens = min(r.flags.get("n_ubatch", 512), n_prompt)  # llama-bench's default -ub 512
+            compute = r.gpus * _prefill_peak(card, r.quant) / (2 * r.params)  # identity 2
+            bandwidth = tokens * r.gpus * card.bandwidth_bytes_per_s / r.weight_bytes  # identity 1 per micro-batch
+            assert d.prefill_wall_tok_s == pytest.approx(min(compute, bandwidth), rel=1e-9), r.prefill
+            if d.prefill_fraction is None:  # measured above the wall: the peak does not describe the run, said
+                assert r.prefill.tok_s > d.prefill_wall_tok_s and "above the computed wall" in d.note
+            else:
+                assert d.prefill_fraction == pytest.approx(r.prefill.tok_s / d.prefill_wall_tok_s, rel=1e-9)
+            checked += 1
+    assert checked >= 150
+
+
+def test_no_published_fraction_is_above_its_wall_and_no_wall_where_there_is_none() -> None:
+    """A contradiction sweep: a share above 1, a wall on a CPU or partial row, or a mixture of experts with a wall."""
+    for r in RECIPES:
+        d = r.derived
+        for fraction in (d.decode_fraction, d.prefill_fraction):
+            assert fraction is None or 0 < fraction <= 1, r
+        if r.placement != "gpu" or "moe" in r.model or r.model.startswith("gpt-oss"):
+            assert d.decode_wall_tok_s is d.prefill_wall_tok_s is None and d.note, r
+
+
+def test_every_quoted_row_gives_its_figure() -> None:
+    """Each figure quotes the row it came from; the row's own rate is the figure (a Markdown t/s cell, a JSON avg_ts
+    or serving latency)."""
+    quoted = 0
+    for r in RECIPES:
+        for f in _figures(r):
+            if f.row is None:
+                continue
+            quoted += 1
+            if f.row.startswith("|"):
+                rate = [c.strip() for c in f.row.strip("|").split("|")][-1]
+                assert f.tok_s == float(rate.split("±")[0]) and f.spread == float(rate.split("±")[1])
+            else:
+                row = json.loads(f.row)
+                want = (row["avg_ts"] if "avg_ts" in row else row["tokens_per_second"] if "tokens_per_second" in row
+                        else 1000 / (row.get("median_tpot_ms") or row["median_itl_ms"]))
+                assert f.tok_s == pytest.approx(want, rel=1e-12)
+    assert quoted >= 190
+
+
+def _corpus_line(corpus: Path, file: str, location: str) -> str:
+    number = int(location.removeprefix("line "))
+    return (corpus / BENCH / file).read_text(encoding="utf-8").splitlines()[number - 1]
+
+
+def test_the_corpus_recipes_are_the_corpus_files_rows(corpus: Path) -> None:
+    names = {p.name for p in (corpus / BENCH).iterdir()}
+    from_corpus = [r for r in RECIPES if r.source.file in names]
+    assert {r.source.file for r in from_corpus} == names
+    for r in from_corpus:
+        for f in _figures(r):
+            if f.location.startswith("line "):
+                line = _corpus_line(corpus, r.source.file, f.location)
+                if line.startswith("|"):
+                    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                    assert f.tok_s == float(cells[-1].split("±")[0]) and f.test == cells[-2]
+                elif r.engine == "sglang":
+                    row = json.loads(line)
+                    assert f.tok_s == pytest.approx(1000 / row["median_itl_ms"]) and r.output_tok_s == row[
+                        "output_throughput"]
+                else:
+                    assert f.tok_s == json.loads(line)["avg_ts"]
+            else:  # the one object of a vLLM file
+                data = json.loads((corpus / BENCH / r.source.file).read_text(encoding="utf-8"))
+                want = 1000 / data["median_tpot_ms"] if "median_tpot_ms" in data else data["tokens_per_second"]
+                assert f.tok_s == pytest.approx(want, rel=1e-12)
+
+
+def test_the_mixed_markdowns_cpu_rows_are_filed_under_the_cpu() -> None:
+    l40s = [r for r in RECIPES if r.source.file.startswith("l40s_")]
+    by_place = {r.placement: r for r in l40s}
+    assert set(by_place) == {"cpu", "partial", "gpu"}
+    assert (by_place["cpu"].card, by_place["cpu"].machine, by_place["cpu"].decode.tok_s) == (None, "CPU", 15.84)
+    assert (by_place["partial"].card, by_place["partial"].derived.decode_wall_tok_s) == ("l40s", None)
+    assert (by_place["gpu"].card, by_place["gpu"].decode.tok_s, by_place["gpu"].prefill.tok_s) == \
+        ("l40s", 104.61, 7698.65)
+
+
+# --- the atlas and the prediction -------------------------------------------------------------------------------------
+
+
+def test_the_atlas_groups_by_card_in_cardbook_order_and_filters() -> None:
+    table = atlas_table(RECIPES)
+    assert len(table) == len(RECIPES)
+    order = [c.key for c in __import__("iotrace.cards", fromlist=["card_book"]).card_book().cards]
+    seen = [c for c in dict.fromkeys(table["card"]) if c in order]
+    assert seen == sorted(seen, key=order.index)
+    l40s = select(RECIPES, card="L40S")
+    assert {r.card for r in l40s} == {"l40s"} and len(select(RECIPES, card="cpu")) == 1
+    assert {r.engine for r in select(RECIPES, engine="sglang")} == {"sglang"}
+
+
+def test_predict_keeps_measured_rates_and_scales_one_median_fraction_by_each_wall() -> None:
+    rows, basis = predict(RECIPES, "llama 8B", "Q4_K - Medium", "llama.cpp")
+    by_card = {r.card: r for r in rows}
+    weights = statistics.median(r.weight_bytes for r in select(RECIPES, model="llama 8B", quant="Q4_K - Medium"))
+    assert weights == round(4.58 * 2 ** 30)  # llama-bench's "4.58 GiB"
+    assert by_card["rtx4090"].kind == "measured" and by_card["rtx4090"].tok_s == 130.58  # tg512, the sweep's first
+    assert by_card["gtx1650"].kind == "does not fit"  # 4 GB of memory, 4.92 GB of weights
+    predicted = [r for r in rows if r.kind == "predicted"]
+    shares = {round(r.tok_s / r.wall_tok_s, 12) for r in predicted}
+    assert len(shares) == 1 and f"({100 * shares.pop():.1f}%" in basis
+    for r in rows:
+        assert r.wall_tok_s == pytest.approx(lookup(r.card).bandwidth_bytes_per_s / weights, rel=1e-12)
+
+
+# --- filing sources ---------------------------------------------------------------------------------------------------
+
+
+def test_add_files_a_source_states_what_it_lacks_and_replaces_on_a_second_add(corpus: Path, tmp_path: Path) -> None:
+    options = ImportOptions(card="h200", gpus=4, model="llama-3.3-70b", why="TP=4 per the repository")
+    (first,) = add([corpus / BENCH / SGLANG], tmp_path, options)
+    assert (first.written, first.replaced, len(first.recipes)) == (tmp_path / f"{SGLANG}.json", False, 7)
+    assert read_file(first.written) == first.recipes == recipes_of(corpus / BENCH / SGLANG, options)
+    assert first.recipes[0].source.stated == ("--card h200", "--model llama-3.3-70b", "--dtype bf16", "--gpus 4",
+                                              "why: TP=4 per the repository")
+    (again,) = add([corpus / BENCH / SGLANG], tmp_path, options)
+    assert again.replaced and len(list(tmp_path.iterdir())) == 1
+
+
+def test_add_with_one_bad_file_writes_nothing_and_says_so_in_one_line(corpus: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "notes.md"
+    bad.write_text("# no table here\n", encoding="utf-8")
+    folder = tmp_path / "recipes"
+    done = run_cli("recipes", "add", str(corpus / BENCH / SGLANG), str(bad), "--dir", str(folder), "--card", "h200")
+    assert (done.returncode, done.stdout, done.stderr.count("\n")) == (2, "", 1), done.stderr
+    assert str(bad) in done.stderr and not folder.exists()
+
+
+def test_a_damaged_recipe_file_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": "iotrace.recipe/1", "recipes": [{"card": "l40s"}]}), encoding="utf-8")
+    with pytest.raises(InvalidValueError, match=r"r\.json recipe 0 lacks machine, placement"):
+        read_file(path)
+    good = json.loads((PUBLISHED / f"{SGLANG}.json").read_text(encoding="utf-8"))
+    good["recipes"][0]["decode"]["tok_s"] = -1.0
+    path.write_text(json.dumps(good), encoding="utf-8")
+    with pytest.raises(InvalidValueError, match="not a positive number"):
+        read_file(path)
+    path.write_text(json.dumps({"schema": "iotrace.recipe/0", "recipes": []}), encoding="utf-8")
+    with pytest.raises(InvalidValueError, match="is not a recipe file"):
+        read_file(path)
+
+
+def test_the_cli_lists_writes_and_predicts(tmp_path: Path) -> None:
+    code, out, _ = cli_in_process("recipes", "--json")
+    assert code == 0 and len(json.loads(out)["recipes"]) == len(RECIPES)
+    code, out, _ = cli_in_process("recipes", "--card", "l40s", "--markdown")
+    assert code == 0 and "### l40s" in out and "| 7,698.6 |" in out and "| 104.6 |" in out and "| 70.7 |" in out
+    page = tmp_path / "atlas.html"
+    code, out, _ = cli_in_process("recipes", "--engine", "llama.cpp", "-o", str(page))
+    html = page.read_text(encoding="utf-8")
+    assert code == 0 and "wrote" in out and "plotly" in html and "rtx4090" in html and "decode wall" in html
+    code, out, _ = cli_in_process("recipes", "predict", "--model", "llama 8B", "--quant", "Q4_K", "--json")
+    cards = {row["card"]: row for row in json.loads(out)["cards"]}
+    assert code == 0 and cards["h100-pcie"]["kind"] == "measured" and cards["h100-pcie"]["tok_s"] == 145.55
+    for args, said in ((("recipes", "--dir", str(tmp_path / "none")), "is not a folder of recipes"),
+                       (("recipes", "predict", "--model", "nope", "--quant", "x"), "no recipe of a model")):
+        code, out, err = cli_in_process(*args)
+        assert code == 2 and said in err and err.count("\n") == 1
+
+
+@pytest.mark.slow  # one short run of the pinned model (load and 4 tokens)
+def test_an_own_bench_run_becomes_a_recipe(tmp_path: Path) -> None:
+    code, out, err = cli_in_process("bench", "--gen-tokens", "4", "--reps", "1", "--json")
+    assert code == 0, err
+    result = tmp_path / "run.json"
+    result.write_text(out, encoding="utf-8")
+    data = json.loads(out)
+    (recipe,) = recipes_of(result, ImportOptions())
+    assert (recipe.engine, recipe.placement, recipe.source.kind) == ("iotrace", "cpu", "own run")
+    assert recipe.decode.tok_s == data["decode"][0]["decode_tok_s"]["mean"]
+    assert recipe.prefill.tok_s == data["prefill"]["tok_s"]["mean"]
+    assert recipe.weight_bytes == data["model"]["weight_bytes"] and recipe.source.manifest == data["manifest"]
+    assert math.isclose(recipe.bits_per_weight, round(8 * data["model"]["weight_bytes"] / data["model"]["params"], 3))
