@@ -383,3 +383,22 @@ def test_rows_serialise_to_json() -> None:
     (run,) = load_bench_file(DATA / "vllm_throughput.json")
     again = json.loads(json.dumps(run.to_dict()))
     assert again["tokens_per_s"] == run.tokens_per_s and again["raw"]["num_requests"] == 1000
+
+
+def test_sglang_bench_one_batch_gives_a_prefill_and_a_decode_row_per_batch() -> None:
+    """A static batch: its decode wall is identity 1 for ``batch_size`` sequences at ``input_len`` tokens of KV."""
+    rows = [json.loads(line) for line in (DATA / "sglang_one_batch.jsonl").read_text().splitlines()]
+    runs = load_bench_file(DATA / "sglang_one_batch.jsonl", card="h100", model="llama-3-8b")
+    assert [(r.phase, r.batch) for r in runs] == [("prefill", 1), ("decode", 1), ("prefill", 8), ("decode", 8)]
+    shape = model("llama-3-8b")
+    for (prefill, decode), row in zip((runs[:2], runs[2:]), rows, strict=True):
+        assert prefill.tokens_per_s == row["prefill_throughput"] and decode.tokens_per_s == row[
+            "median_decode_throughput"]
+        kv_per_sequence = 2 * shape.layers * shape.kv_heads * shape.head_dim * row["input_len"] * 2  # K and V, bf16
+        wall = row["batch_size"] * H100_BW / (shape.params * 2 + row["batch_size"] * kv_per_sequence)
+        assert decode.decode_wall_tok_s == pytest.approx(wall, rel=1e-12)
+        assert decode.fraction_of_wall == pytest.approx(row["median_decode_throughput"] / wall, rel=1e-12)
+        assert prefill.prefill_wall_tok_s == pytest.approx(
+            lookup("h100").peak_flop_per_s("bf16_tensor") / (2 * shape.params), rel=1e-12)
+        assert (decode.engine, decode.depth, decode.source.endswith(f":{rows.index(row) + 1}")) == ("sglang", 1024,
+                                                                                                   True)

@@ -108,7 +108,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     sub = bench.add_subparsers(dest="bench_command", metavar="import", parser_class=type(bench))
     imported = sub.add_parser("import", help="read llama-bench (-o json|jsonl|csv|md), vLLM (latency, throughput, "
-                                             "serve) and SGLang bench_serving results")
+                                             "serve) and SGLang bench_serving / bench_one_batch results")
     imported.add_argument("file", type=Path, metavar="FILE")
     add_card(imported, " when the file names none (llama-bench's gpu_info is used otherwise)")
     imported.add_argument("--model", metavar="KEY",

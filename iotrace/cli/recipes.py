@@ -48,8 +48,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     sub = recipes.add_subparsers(dest="recipes_command", metavar="add|predict", parser_class=type(recipes))
     add = sub.add_parser("add", help="file bench results as recipes (llama-bench json/jsonl/csv/md or a notebook "
-                                     "printing its tables, vLLM latency/throughput/serve, SGLang bench_serving, "
-                                     "iotrace bench --json)")
+                                     "printing its tables, vLLM latency/throughput/serve, SGLang "
+                                     "bench_serving/bench_one_batch, iotrace bench --json)")
     add.add_argument("files", type=Path, nargs="+", metavar="FILE")
     add.add_argument("--dir", type=Path, metavar="DIR", help="the recipes folder (default: the published set)")
     add.add_argument("--card", metavar="NAME", help="the card, when the file names none (serving results never do)")

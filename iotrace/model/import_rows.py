@@ -45,7 +45,7 @@ _DTYPE_PEAKS = {"fp32": ("fp32",), "bf16": ("bf16_tensor",), "fp16": ("fp16_tens
 
 FORMATS = ("llama-bench -o json, -o jsonl, -o csv or -o md (its Markdown tables, several to a file); vllm bench "
            "latency / throughput --output-json, vllm bench serve --save-result (benchmark_serving.py); SGLang "
-           "bench_serving --output-file")
+           "bench_serving --output-file or bench_one_batch --result-filename")
 
 
 @dataclass(frozen=True)

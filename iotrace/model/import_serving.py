@@ -10,6 +10,10 @@ Read, sniffed from the content:
 * vLLM's ``vllm bench serve --save-result`` (``benchmarks/benchmark_serving.py`` in older releases): one object with
   ``request_rate``, ``completed``, ``total_input_tokens``, ``total_output_tokens``, ``request_throughput``,
   ``output_throughput`` and ``{mean,median,std,p99}_{ttft,tpot,itl}_ms``, plus per-request lists.
+* SGLang's ``python -m sglang.bench_one_batch --result-filename`` (one JSON line per batch size and length:
+  ``batch_size``, ``input_len``, ``output_len``, ``prefill_latency``, ``prefill_throughput``,
+  ``median_decode_latency``, ``median_decode_throughput`` = batch / median step time, ``overall_throughput``): a
+  static batch, so a prefill row and a decode row with the walls of that batch.
 * SGLang's ``python -m sglang.bench_serving --output-file``: one JSON line per run, with ``request_rate`` (the bare
   token ``Infinity`` when every request is sent at once), ``median_ttft_ms``, ``median_itl_ms``,
   ``output_throughput`` and, in newer versions, the ``mean_*``/``p99_*`` keys too.
@@ -30,7 +34,8 @@ from typing import Any
 from iotrace.errors import InvalidValueError
 from iotrace.model.import_rows import WEIGHT_BYTES, ImportedRun, Setting, field_number, field_text, walls_of
 
-__all__ = ["is_serving_result", "serving_run", "vllm_latency", "vllm_throughput"]
+__all__ = ["is_one_batch_result", "is_serving_result", "one_batch_runs", "serving_run", "vllm_latency",
+           "vllm_throughput"]
 
 # --- vLLM -----------------------------------------------------------------------------------------------------------
 
@@ -191,3 +196,57 @@ def serving_run(obj: dict[str, Any], source: str, setting: Setting) -> ImportedR
         request_rate=rate, max_concurrency=concurrency if isinstance(concurrency, int) else None,
         ttft_median_s=_ms(obj, "median_ttft_ms", source), ttft_p99_s=_ms(obj, "p99_ttft_ms", source),
         tpot_median_s=tpot, itl_median_s=itl, output_tokens_per_s=output_tps, **walls)
+
+
+# --- SGLang bench_one_batch -----------------------------------------------------------------------------------------
+
+_ONE_BATCH_KEYS = frozenset({"run_name", "batch_size", "input_len", "output_len", "prefill_throughput"})
+
+
+def is_one_batch_result(obj: Any) -> bool:
+    """Whether ``obj`` is one line of SGLang's ``bench_one_batch`` result file."""
+    return isinstance(obj, dict) and obj.keys() >= _ONE_BATCH_KEYS
+
+
+def one_batch_runs(obj: dict[str, Any], source: str, setting: Setting) -> list[ImportedRun]:
+    """A static batch's prefill row and (when it generated more than one token) its decode row, each with its walls:
+    the decode wall of ``batch_size`` sequences at ``input_len`` tokens of context (identity 1 with identity 3's KV
+    cache, which needs ``model``), the prefill wall at the weights' peak (identity 2)."""
+    batch = field_number(obj, "batch_size", source, integer=True)
+    input_len = field_number(obj, "input_len", source, integer=True)
+    output_len = field_number(obj, "output_len", source, integer=True)
+    if batch < 1 or input_len < 1:
+        raise InvalidValueError(f"{source}: batch_size {batch} and input_len {input_len} must be ≥ 1",
+                                "restore the file as bench_one_batch wrote it")
+    common = _vllm_common(setting)
+    card = setting.card
+    card_note = "" if card is not None else "the file names no card: pass --card"
+    kv = 4.0 if setting.dtype == "fp32" else 2.0  # SGLang's default KV cache dtype follows the model's (bf16 for fp8)
+    base = dict(engine="sglang", engine_version=None, source=source, model=common["name"],
+                card_name=card.name if card is not None else None, card_key=card.key if card is not None else None,
+                batch=batch, prompt_tokens=input_len, gen_tokens=output_len, latency_p50_s=None, latency_p90_s=None,
+                latency_p99_s=None, requests=batch, weight_bytes=common["weight_bytes"], params=common["params"],
+                kv_bytes_per_value=kv, raw=dict(obj), gpus=setting.gpus, quant=setting.dtype,
+                machine="gpu" if card is not None else None)
+    peaks = {"fp32": ("tf32_tensor", "fp32"), "fp8": ("fp8_tensor",), "fp8e4m3": ("fp8_tensor",),
+             "int8": ("int8_tensor",)}.get(setting.dtype, (f"{setting.dtype}_tensor",))
+    prefill_rate = float(field_number(obj, "prefill_throughput", source))
+    walls = walls_of("prefill", prefill_rate, card, card_note, weight_bytes=common["weight_bytes"],
+                     weight_note=common["weight_note"], params=common["params"], batch=batch, depth=0,
+                     shape=common["shape"], shape_note=setting.shape_note, kv_bytes_per_value=kv, kv_note="",
+                     peaks=peaks, notes=[], gpus=setting.gpus)
+    rows = [ImportedRun(test=f"prefill b{batch} in{input_len}", phase="prefill", depth=0, tokens_per_s=prefill_rate,
+                        tokens_per_s_stddev=None, latency_avg_s=field_number(obj, "prefill_latency", source,
+                                                                             default=None), **base, **walls)]
+    if output_len > 1 and "median_decode_throughput" in obj:
+        rate = float(field_number(obj, "median_decode_throughput", source))
+        walls = walls_of("decode", rate, card, card_note, weight_bytes=common["weight_bytes"],
+                         weight_note=common["weight_note"], params=common["params"], batch=batch, depth=input_len,
+                         shape=common["shape"], shape_note=setting.shape_note, kv_bytes_per_value=kv, kv_note="",
+                         peaks=(), notes=["the KV cache at the prompt's length: the wall of the first step"],
+                         gpus=setting.gpus)
+        rows.append(ImportedRun(test=f"decode b{batch} in{input_len} out{output_len}", phase="decode",
+                                depth=input_len, tokens_per_s=rate, tokens_per_s_stddev=None,
+                                latency_avg_s=field_number(obj, "median_decode_latency", source, default=None),
+                                **base, **walls))
+    return rows

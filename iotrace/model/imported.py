@@ -32,7 +32,14 @@ from iotrace.model.import_rows import (
     not_bench,
     shape_of,
 )
-from iotrace.model.import_serving import is_serving_result, serving_run, vllm_latency, vllm_throughput
+from iotrace.model.import_serving import (
+    is_one_batch_result,
+    is_serving_result,
+    one_batch_runs,
+    serving_run,
+    vllm_latency,
+    vllm_throughput,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,6 +156,8 @@ def load_bench_file(path: Path, card: str | None = None, model: str | None = Non
         head = value[0][1]
         if is_serving_result(head):
             return [serving_run(obj, f"{path}:{number}", setting) for number, obj in value]
+        if is_one_batch_result(head):
+            return [run for number, obj in value for run in one_batch_runs(obj, f"{path}:{number}", setting)]
         if not is_llama_row(head):
             raise not_bench(path, f"line {value[0][0]} is {what_is(head)}")
         return [llama_run(obj, f"{path}:{number}", setting, cards) for number, obj in value]
@@ -164,6 +173,8 @@ def load_bench_file(path: Path, card: str | None = None, model: str | None = Non
         return [llama_run(value, f"{path}:1", setting, cards)]
     if is_serving_result(value):
         return [serving_run(value, f"{path}:1", setting)]
+    if is_one_batch_result(value):
+        return one_batch_runs(value, f"{path}:1", setting)
     if is_notebook(value):
         return notebook_rows(path, value, setting)
     if isinstance(value, dict) and {"avg_latency", "latencies"} <= value.keys():
