@@ -56,6 +56,9 @@ PIPED: dict[str, list[list[str]] | str] = {
            "whole_and_names_both_spill_counts pipes it into a file and checks it the same way",
     "tune": [["tune", "gemm", "--replay", str(SWEEP), "--strategy", "model", "--budget", "27"]],
     "bench import": [["bench", "import", str(LLAMA_BENCH)]],
+    "recipes": [["recipes", "--card", "l40s"], ["recipes", "--engine", "sglang"], ["recipes", "--card", "rtx4090"]],
+    "recipes predict": [["recipes", "predict", "--model", "llama 8B", "--quant", "Q4_K"]],
+    "recipes add": "writes recipe files; its stdout is one line per file: tests/test_recipes.py",
     "bench": "decodes the pinned model (tens of seconds on a CPU): the tour decodes it too, into a pipe, checked the "
              "same way (tests/test_cli.py::test_tour_runs_without_a_gpu, slow)",
     "quant": [["quant", "--list-formats"]],  # the lab itself takes ~40 s: its footer is test_quant_timing_is_labelled

@@ -241,3 +241,17 @@ def test_an_own_bench_run_becomes_a_recipe(tmp_path: Path) -> None:
     assert recipe.prefill.tok_s == data["prefill"]["tok_s"]["mean"]
     assert recipe.weight_bytes == data["model"]["weight_bytes"] and recipe.source.manifest == data["manifest"]
     assert math.isclose(recipe.bits_per_weight, round(8 * data["model"]["weight_bytes"] / data["model"]["params"], 3))
+
+
+def test_usage_errors_are_one_line_and_every_recipes_command_takes_json() -> None:
+    from iotrace.cli import build_parser
+
+    for args, said in ((("recipes", "add"), "the following arguments are required: FILE"),
+                       (("recipes", "add", "x.json", "--ngl", "9,x"), "'9,x' is not whole numbers"),
+                       (("recipes", "predict", "--model", "llama 8B"), "required: --quant")):
+        done = run_cli(*args)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    recipes = next(a for a in build_parser()._actions if a.dest == "command").choices["recipes"]
+    subs = next(a for a in recipes._actions if a.dest == "recipes_command").choices
+    for parser in (recipes, subs["add"], subs["predict"]):
+        assert any("--json" in a.option_strings for a in parser._actions), parser.prog
