@@ -237,7 +237,8 @@ def test_an_own_bench_run_becomes_a_recipe(tmp_path: Path) -> None:
     data = json.loads(out)
     (recipe,) = recipes_of(result, ImportOptions())
     assert (recipe.engine, recipe.placement, recipe.source.kind) == ("iotrace", "cpu", "own run")
-    assert recipe.decode.tok_s == data["decode"][0]["decode_tok_s"]["mean"]
+    assert recipe.decode.tok_s == data["decode"][0]["decode_tok_s"]["mean"] and recipe.decode.test == "tg4"
+    assert recipe.derived.quality_drop.startswith("none against the file")
     assert recipe.prefill.tok_s == data["prefill"]["tok_s"]["mean"]
     assert recipe.weight_bytes == data["model"]["weight_bytes"] and recipe.source.manifest == data["manifest"]
     assert math.isclose(recipe.bits_per_weight, round(8 * data["model"]["weight_bytes"] / data["model"]["params"], 3))

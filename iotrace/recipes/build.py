@@ -132,6 +132,15 @@ def _mean_spread(obj: Any, where: str) -> tuple[float, float | None]:
     return float(obj["mean"]), obj.get("stddev")
 
 
+def _quality(model: dict[str, Any]) -> str | None:
+    """What is known of the run's weights' quality: a bench decodes a GGUF as stored (the format ``iotrace quant``
+    measures others against), or random weights (no quality at all)."""
+    if model.get("quality") != "measured":
+        return "n/a: random weights"
+    return ("none against the file: the GGUF's own weights, the baseline `iotrace quant` measures other formats "
+            "against")
+
+
 def from_bench_json(data: dict[str, Any], path: Path) -> list[Recipe]:
     """The recipes of one ``iotrace bench --json`` run: one per depth, each with the run's prefill."""
     try:
@@ -154,7 +163,8 @@ def from_bench_json(data: dict[str, Any], path: Path) -> list[Recipe]:
     for i, depth in enumerate(data.get("decode", [])):
         mean, spread = _mean_spread(depth.get("decode_tok_s"), f"{path}: decode[{i}]")
         wall = depth.get("decode_wall") or {}
-        test = f"tg{len(generated[0])}" + (f" @ d{depth['depth']}" if depth.get("depth") else "")
+        steps = manifest.get("request", {}).get("gen_tokens") or len(generated[0])  # the timed decode steps
+        test = f"tg{steps}" + (f" @ d{depth['depth']}" if depth.get("depth") else "")
         out.append(Recipe(
             card=card.get("key"), machine=card.get("name") or device, placement="cpu" if device.startswith("cpu")
             else "gpu", gpus=1, model=str(model.get("name")), params=params, quant=f"{data.get('dtype')} "
@@ -162,17 +172,19 @@ def from_bench_json(data: dict[str, Any], path: Path) -> list[Recipe]:
             weight_bytes=weight_bytes, engine="iotrace", engine_version=versions.get("iotrace"), source=source,
             flags={"kernels": data.get("kernels"), "batch": data.get("batch")}, driver=versions.get("cuda"),
             batch=data.get("batch"), depth=int(depth.get("depth", 0)), prompt_tokens=prompt_tokens,
-            gen_tokens=len(generated[0]),
+            gen_tokens=steps,
             prefill=Figure(prefill_mean, prefill_spread, f"pp{prompt_tokens}", "prefill") if i == 0 else None,
             decode=Figure(mean, spread, test, f"decode[{i}]"),
             ttft_s=data["prefill"]["ttft_ms"]["mean"] / 1e3 if i == 0 else None,
             itl_s=depth.get("itl_ms", {}).get("p50", 0) / 1e3 or None,
             vram_gib=(data.get("memory", {}).get("peak_allocated_bytes") or 0) / 2 ** 30 or None,
+            power_w=(depth.get("energy") or {}).get("mean_w"),
             command=manifest.get("rerun"),
             derived=Derived(decode_wall_tok_s=wall.get("tok_s"), decode_fraction=wall.get("fraction"),
                             prefill_wall_tok_s=prefill_wall.get("tok_s") if i == 0 else None,
                             prefill_fraction=prefill_wall.get("fraction") if i == 0 else None,
-                            note=None if wall else "no decode wall in the run (no card named)")))
+                            note=None if wall else "no decode wall in the run (no card named)",
+                            quality_drop=_quality(model))))
     if not out:
         raise InvalidValueError(f"{path}: an iotrace bench result with no decode figures", "rerun iotrace bench")
     return out
