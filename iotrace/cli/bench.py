@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from iotrace.argtypes import count_at_least, layer_counts
-from iotrace.cli.output import add_card, add_json, add_wide, console, emit
+from iotrace.cli.output import add_card, add_json, add_wide, console, emit, usage_with_subcommands
 from iotrace.errors import InvalidValueError
 
 __all__ = ["register"]
@@ -125,17 +125,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_wide(imported)
     add_json(imported)
     imported.set_defaults(func=_cmd_import)
-    bench.usage = _usage(bench)
-
-
-def _usage(bench: argparse.ArgumentParser) -> str:
-    """``bench --help``'s usage: the bench's own options with no subcommand (argparse would draw ``import ...`` as if
-    it were required), then the one subcommand as a second form."""
-    formatter = bench._get_formatter()
-    actions = [a for a in bench._actions if not isinstance(a, argparse._SubParsersAction)]
-    formatter.add_usage(None, actions, bench._mutually_exclusive_groups, prefix="usage: ")
-    own = formatter.format_help().strip().removeprefix("usage: ").replace("%", "%%")
-    return f"{own}\n       %(prog)s import FILE [options]   (llama-bench/vLLM results: see `%(prog)s import --help`)"
+    bench.usage = usage_with_subcommands(
+        bench, "import FILE [options]   (llama-bench/vLLM/SGLang results: see `%(prog)s import --help`)")
 
 
 def _request(args: argparse.Namespace):

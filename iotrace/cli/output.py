@@ -61,6 +61,17 @@ class OneLineParser(argparse.ArgumentParser):
             parser = sub.choices[name]
 
 
+def usage_with_subcommands(parser: argparse.ArgumentParser, *forms: str) -> str:
+    """The usage of a command that also runs alone (``bench``, ``recipes``): its own options with no subcommand
+    (argparse would draw ``import ...`` after them as if a subcommand were required), then each subcommand's
+    ``forms`` (``"import FILE [options]"``) on a line of its own."""
+    formatter = parser._get_formatter()
+    actions = [a for a in parser._actions if not isinstance(a, argparse._SubParsersAction)]
+    formatter.add_usage(None, actions, parser._mutually_exclusive_groups, prefix="usage: ")
+    own = formatter.format_help().strip().removeprefix("usage: ").replace("%", "%%")
+    return "\n".join([own, *(f"       %(prog)s {form}" for form in forms)])
+
+
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 

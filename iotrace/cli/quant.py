@@ -86,20 +86,17 @@ def _cmd_quant(args: argparse.Namespace) -> None:
 def _pinned_model(tokens: int | None, check: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
     """The pinned model's fp32 weights and tokenizer; ``check(config)`` and a --tokens beyond the shipped text fail
     before the 10 s of loading the weights."""
-    import torch
-
     from iotrace.model.gguf_file import open_gguf, pinned_gguf
     from iotrace.model.quality import text_ids
+    from iotrace.model.quant_lab import load_baseline
     from iotrace.model.tokenizer import gguf_tokenizer
-    from iotrace.model.weights import from_gguf
 
     path = pinned_gguf()
     gguf = open_gguf(path)
     if check is not None:
         check(gguf.config)
-    tokenizer = gguf_tokenizer(path)
-    text_ids(tokenizer, tokens=tokens)
-    return from_gguf(gguf, torch.float32, "cpu"), tokenizer
+    text_ids(gguf_tokenizer(path), tokens=tokens)
+    return load_baseline()  # the same weights and tokenizer (both cached per process)
 
 
 @contextmanager

@@ -9,7 +9,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 from iotrace.argtypes import count_at_least, layer_counts
-from iotrace.cli.output import add_json, add_output, add_wide, answer_format, console, finite_json, write_answer
+from iotrace.cli.output import (
+    add_json,
+    add_output,
+    add_wide,
+    answer_format,
+    console,
+    finite_json,
+    usage_with_subcommands,
+    write_answer,
+)
 
 __all__ = ["register"]
 
@@ -83,16 +92,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     pout.add_argument("--markdown", action="store_true", help="print a Markdown table")
     add_wide(predict)
     predict.set_defaults(func=_cmd_predict)
-    recipes.usage = _usage(recipes)
-
-
-def _usage(parser: argparse.ArgumentParser) -> str:
-    formatter = parser._get_formatter()
-    actions = [a for a in parser._actions if not isinstance(a, argparse._SubParsersAction)]
-    formatter.add_usage(None, actions, parser._mutually_exclusive_groups, prefix="usage: ")
-    own = formatter.format_help().strip().removeprefix("usage: ").replace("%", "%%")
-    return (f"{own}\n       %(prog)s add FILE… [options]   (see `%(prog)s add --help`)"
-            f"\n       %(prog)s predict --model TEXT --quant TEXT [options]")
+    recipes.usage = usage_with_subcommands(recipes, "add FILE… [options]   (see `%(prog)s add --help`)",
+                                           "predict --model TEXT --quant TEXT [options]")
 
 
 def _recipes(dirs: list[Path] | None):
