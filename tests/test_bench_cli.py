@@ -1,18 +1,38 @@
-"""``iotrace bench`` as a user runs it: real subprocesses on the pinned model, and every bad input a one-line error.
+"""``iotrace bench`` as a user runs it: a real subprocess on the pinned model, and every bad input a one-line error.
 
-The pinned model's figures here are CPU figures of the torch path, and the JSON says so.
+The pinned model's figures here are CPU figures of the torch path, and the JSON says so. The other runs call the CLI
+in this process (what they check is the command's output, not the process; the worker's imports are shared), but for
+one bad request and `bench import` through a real subprocess too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import subprocess
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
-from tests.conftest import pinned_model, run_cli
+from tests.conftest import CLI_ENV, pinned_model, run_cli
 
 gguf = pytest.importorskip("gguf", reason="the bench needs iotrace[model] (make setup installs it)")
+
+
+def _in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``iotrace ARGS`` called in this process, as a CompletedProcess (argparse's own errors exit 2 as in a process)."""
+    from iotrace.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, CLI_ENV), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(["iotrace", *args], code, out.getvalue(), err.getvalue())
 
 
 def _error(result, *needles: str) -> None:
@@ -63,11 +83,11 @@ def test_pinned_model_bench_json_holds_every_figure() -> None:
 @pytest.mark.slow
 def test_random_weights_jsonl_and_markdown(tmp_path: Path) -> None:
     args = ("bench", "--random-weights", "smollm2-135m", "--prompt-tokens", "6", "--gen-tokens", "2", "--reps", "1")
-    lines = run_cli(*args, "--depth", "0,4", "--jsonl")
+    lines = _in_process(*args, "--depth", "0,4", "--jsonl")
     assert lines.returncode == 0, lines.stderr
     rows = [json.loads(line) for line in lines.stdout.splitlines()]
     assert [r["depth"] for r in rows] == [0, 4] and all(r["model"]["quality"] == "n/a (random weights)" for r in rows)
-    markdown = run_cli(*args, "--markdown")
+    markdown = _in_process(*args, "--markdown")
     assert markdown.returncode == 0, markdown.stderr
     head, rule, row = markdown.stdout.strip().splitlines()
     assert head.startswith("| card | device | model |") and rule.startswith("|---|")
@@ -78,7 +98,7 @@ def test_random_weights_jsonl_and_markdown(tmp_path: Path) -> None:
 def test_sampling_is_seeded() -> None:
     args = ("bench", "--random-weights", "smollm2-135m", "--prompt-tokens", "4", "--gen-tokens", "6", "--reps", "1",
             "--temperature", "1.0", "--json")
-    runs = [json.loads(run_cli(*args, "--seed", seed).stdout)["generated"]["ids"][0] for seed in ("1", "1", "2")]
+    runs = [json.loads(_in_process(*args, "--seed", seed).stdout)["generated"]["ids"][0] for seed in ("1", "1", "2")]
     assert runs[0] == runs[1] != runs[2] and all(0 <= t < 49152 for t in runs[0]) and len(runs[0]) == 7
 
 
@@ -100,14 +120,14 @@ def _gguf_of_architecture(path: Path, arch: str) -> Path:
 ])
 def test_bad_gguf_files_are_one_line_errors(tmp_path: Path, make, needles) -> None:
     path = make(tmp_path)
-    _error(run_cli("bench", "--gguf", str(path)), str(path.name), *needles)
+    _error(_in_process("bench", "--gguf", str(path)), str(path.name), *needles)
 
 
 def test_a_truncated_gguf_is_refused_before_loading(tmp_path: Path) -> None:
     cut = tmp_path / "cut.gguf"
     with pinned_model().open("rb") as src:
         cut.write_bytes(src.read(40_000_000))  # the header and the first tensors, not the rest
-    _error(run_cli("bench", "--gguf", str(cut)), "cut.gguf", "truncated")
+    _error(_in_process("bench", "--gguf", str(cut)), "cut.gguf", "truncated")
 
 
 @pytest.mark.parametrize(("args", "needles"), [
@@ -122,19 +142,20 @@ def test_a_truncated_gguf_is_refused_before_loading(tmp_path: Path) -> None:
     (("--temperature", "-1"), ("temperature", ">= 0")),
 ])
 def test_bad_requests_are_one_line_errors(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
-    _error(run_cli("bench", *args), *needles)
+    run = run_cli if args == ("--random-weights", "llama-9") else _in_process  # one through a real process
+    _error(run("bench", *args), *needles)
 
 
 @pytest.mark.slow
 def test_a_prompt_longer_than_the_context_is_refused() -> None:
     pinned_model()
-    _error(run_cli("bench", "--prompt-tokens", "9000"), "9000", "context of 8192")
+    _error(_in_process("bench", "--prompt-tokens", "9000"), "9000", "context of 8192")
 
 
 def test_a_prompt_file_that_is_missing_or_empty(tmp_path: Path) -> None:
-    _error(run_cli("bench", "--prompt-file", str(tmp_path / "nope.txt")), "nope.txt")
+    _error(_in_process("bench", "--prompt-file", str(tmp_path / "nope.txt")), "nope.txt")
     (tmp_path / "empty.txt").write_text("  \n")
-    _error(run_cli("bench", "--prompt-file", str(tmp_path / "empty.txt")), "empty.txt", "is empty")
+    _error(_in_process("bench", "--prompt-file", str(tmp_path / "empty.txt")), "empty.txt", "is empty")
 
 
 def test_nvml_refusing_is_a_clear_error() -> None:
@@ -152,7 +173,7 @@ def test_nvml_refusing_is_a_clear_error() -> None:
 def test_bench_import_of_another_tools_file_is_refused(tmp_path: Path) -> None:
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"traceEvents": [], "schemaVersion": 1}))
-    _error(run_cli("bench", "import", str(trace)), "trace.json")
+    _error(_in_process("bench", "import", str(trace)), "trace.json")
 
 
 def test_bench_import_reads_llama_bench_json() -> None:
@@ -161,5 +182,5 @@ def test_bench_import_reads_llama_bench_json() -> None:
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert rows and all(r["engine"] == "llama.cpp" for r in rows)
-    table = run_cli("bench", "import", str(fixture), "--wide")
+    table = _in_process("bench", "import", str(fixture), "--wide")
     assert table.returncode == 0 and "Qwen2.5-7B-Instruct-Q4_K_M.gguf" in table.stdout

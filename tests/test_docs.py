@@ -153,8 +153,15 @@ def test_the_notes_page_lists_every_published_note() -> None:
 # --- the examples run -------------------------------------------------------------------------------------------
 
 
+def _command_params() -> list[object]:
+    """Each command; the `quant` ones on the worker that holds the loaded baseline and the quantisation note's measured
+    formats (xdist_group "quant-lab": tests/test_notes.py, tests/test_quant_lab.py)."""
+    return [pytest.param(c, id=c, marks=[pytest.mark.xdist_group("quant-lab")] if c.split()[0] == "quant" else [])
+            for c in COMMANDS]
+
+
 @pytest.mark.slow  # the commands in process: the model bench, quantisation and kernels under the interpreter
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", _command_params())
 def test_docs_command_runs(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _needs_corpus(command)
     monkeypatch.chdir(ROOT)  # the examples' paths are relative to the repository

@@ -24,12 +24,15 @@ SLOW_NOTES = {"quantisation", "speculation", "speculation-pays", "kernel-attenti
 #: The two speculation notes read the same runs (speculation.measure, cached per process): on one worker the
 #: second costs no measurement.
 SAME_RUNS = {"speculation", "speculation-pays"}
+#: The quantisation note loads the baseline and measures the weight formats once per process (quant_lab's caches),
+#: shared with tests/test_quant_lab.py and tests/test_docs.py's `quant` examples on the same worker.
+GROUPS = {**dict.fromkeys(SAME_RUNS, "speculation-runs"), "quantisation": "quant-lab"}
 
 
 def _published() -> list[object]:
     def marks(name: str, item: catalog.Published) -> list[pytest.MarkDecorator]:
         found = [pytest.mark.slow] if name in SLOW_NOTES or item.needs_model else []
-        return found + ([pytest.mark.xdist_group("speculation-runs")] if name in SAME_RUNS else [])
+        return found + ([pytest.mark.xdist_group(GROUPS[name])] if name in GROUPS else [])
 
     return [pytest.param(name, id=name, marks=marks(name, item)) for name, item in catalog.PUBLISHED.items()]
 

@@ -6,7 +6,12 @@
   ``gguf`` reader reports them; the walls against bandwidth / bytes from the CardBook.
 - Quality: re-quantising the Q4_1 baseline as q4_1 gives back the same weights (so KL 0, top-1 1); int4 with 64-groups
   drifts more than int8 per channel; KL ≥ 0 and top-1 in [0, 1] everywhere.
-- The CLI through a real subprocess: --json values and bad input (exit 2, one line naming the value).
+- The CLI: --json values and bad input (exit 2, one line naming the value), in process (the worker's loaded model is
+  shared), one bad input and --list-formats through a real subprocess (the exit code of the process).
+
+The lab measures the quantisation note's formats on the note's tokens, and the tests share one load and one
+measurement per process with the note and the docs' `quant` examples (xdist_group "quant-lab"; run_lab caches per
+format on the pinned baseline).
 """
 
 from __future__ import annotations
@@ -28,21 +33,25 @@ from iotrace.model.ops import TorchOps
 from iotrace.model.quality import quality_drop, reference_text, teacher_forced_logits, text_ids
 from iotrace.model.quant_formats import parse_format, parse_formats
 from iotrace.model.quant_lab import load_baseline, quantise_weights, run_lab
-from tests.conftest import pinned_model, run_cli
+from iotrace.notes.quantisation import NOTE_TOKENS
+from tests.conftest import cli_in_process, pinned_model, run_cli
 
-pytestmark = pytest.mark.slow
+#: One worker for the tests that share the cached baseline and lab rows (tests/test_notes.py's quantisation note and
+#: tests/test_docs.py's `quant` examples join it).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("quant-lab")]
 
-TOKENS = 64
+#: The note's tokens (one window of them): the lab's rows are the note's, measured once per process.
+TOKENS = NOTE_TOKENS
 FORMATS = "q4_1,int8-channel,int4-sym-g64"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def baseline():
     pinned_model()
-    return load_baseline()
+    return load_baseline()  # cached per process
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def lab(baseline):
     weights, tokenizer = baseline
     result = run_lab(weights, tokenizer, parse_formats(FORMATS), ["rtx3090", "h100"], tokens=TOKENS, window=None)
@@ -132,9 +141,10 @@ def test_bytes_and_walls_against_the_file_and_the_cardbook(baseline, lab) -> Non
 
 
 def test_cli_json(baseline) -> None:
-    done = run_cli("quant", "--format", "q4_1,int8-channel", "--tokens", "32", "--window", "16", "--json")
-    assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout)
+    code, out, err = cli_in_process("quant", "--format", "q4_1,int8-channel", "--tokens", "32", "--window", "16",
+                                    "--json")
+    assert code == 0, err
+    data = json.loads(out)
     assert data["schema"] == "iotrace.quant/1" and "dequantised Q4_1 file" in data["baseline"]
     assert data["tokens"] == 32 and data["window"] == 16
     rows = {r["key"]: r for r in data["rows"]}
@@ -144,24 +154,28 @@ def test_cli_json(baseline) -> None:
 
 
 def test_cli_markdown_header_names_the_baseline(baseline) -> None:
-    done = run_cli("quant", "--format", "q8_0", "--tokens", "16", "--window", "16", "--markdown")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("Baseline: ") and "dequantised Q4_1 file" in done.stdout.splitlines()[0]
-    assert "| q8_0 | 8.500 |" in done.stdout
+    code, out, err = cli_in_process("quant", "--format", "q8_0", "--tokens", "16", "--window", "16", "--markdown")
+    assert code == 0, err
+    assert out.startswith("Baseline: ") and "dequantised Q4_1 file" in out.splitlines()[0]
+    assert "| q8_0 | 8.500 |" in out
 
 
-@pytest.mark.parametrize(("args", "named"), [
-    (["--format", "int4-sym-g128"], "block of 128 does not divide"),
-    (["--format", "int4-asym-g100"], "block of 100"),
-    (["--format", "q5_9"], "'q5_9'"),
-    (["--card", "no-such-card"], "no-such-card"),
-    (["--format", "q8_0", "--tokens", "99999"], "99999 tokens"),
+@pytest.mark.parametrize(("args", "named", "process"), [
+    (["--format", "int4-sym-g128"], "block of 128 does not divide", False),
+    (["--format", "int4-asym-g100"], "block of 100", False),
+    (["--format", "q5_9"], "'q5_9'", False),
+    (["--card", "no-such-card"], "no-such-card", False),
+    (["--format", "q8_0", "--tokens", "99999"], "99999 tokens", True),  # past the tokenizer's load: a real process
 ])
-def test_cli_bad_input_exits_2_with_one_line(args: list[str], named: str) -> None:
-    done = run_cli("quant", *args)
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and named in lines[0], done.stderr
+def test_cli_bad_input_exits_2_with_one_line(args: list[str], named: str, process: bool) -> None:
+    if process:
+        done = run_cli("quant", *args)
+        code, out, err = done.returncode, done.stdout, done.stderr
+    else:
+        code, out, err = cli_in_process("quant", *args)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], err
 
 
 def test_cli_list_formats_json() -> None:

@@ -1,22 +1,41 @@
-"""`iotrace run` and `iotrace kernels` in a real subprocess, on the CPU (interpreter + static analysis)."""
+"""`iotrace run` and `iotrace kernels` on the CPU (interpreter + static analysis): in process, sharing the worker's
+imports and compiled kernels, but for one real subprocess each of `run` (human output, a bad input) and `kernels`."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shutil
+from contextlib import redirect_stderr, redirect_stdout
+from unittest import mock
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import CLI_ENV, run_cli
 
-# make test-fast leaves these out: each test runs `iotrace run` in a subprocess, under the Triton interpreter.
+# make test-fast leaves these out: each test runs `iotrace run` under the Triton interpreter.
 pytestmark = pytest.mark.slow
 
 
+def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``iotrace ARGS`` in this process (conftest's cli_in_process, with ``env``): (exit code, stdout, stderr);
+    argparse's own errors exit 2 as in a process."""
+    from iotrace.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, {**CLI_ENV, **(env or {})}), redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
 def _run_json(*args: str) -> dict:
-    result = run_cli("run", *args, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    code, out, err = _cli("run", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
 
 
 def test_run_gemm_reports_everything_on_h100() -> None:
@@ -129,7 +148,11 @@ BAD = [
 
 @pytest.mark.parametrize(("args", "expected"), BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_run_bad_input(args: list[str], expected: str) -> None:
-    result = run_cli(*args, env={"IOTRACE_CARD": ""})
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], result.stderr
+    if args == BAD[0][0]:  # one through a real process: its exit code and its stderr
+        result = run_cli(*args, env={"IOTRACE_CARD": ""})
+        code, out, err = result.returncode, result.stdout, result.stderr
+    else:
+        code, out, err = _cli(*args, env={"IOTRACE_CARD": ""})
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], err

@@ -1,9 +1,10 @@
 """Fuzz: mutated corpus files (truncation, byte flips, field deletion) give only IotraceError subclasses, quickly.
 
-2,000 cases from a fixed seed (``IOTRACE_TEST_SEED=random`` or a number explores further). Each case runs under a
-5 s alarm; a case that raises anything but an IotraceError, or runs past its alarm, fails with the mutation named
-so it can be replayed. Large files are represented by small real ones of the same format, and by a compact copy
-of an Nsight Systems export that keeps the tables iotrace reads, so the whole run stays within seconds.
+1,100 cases from a fixed seed, 100 per source in turn (``IOTRACE_TEST_SEED=random`` or a number explores further).
+Each case runs under a 5 s alarm; a case that raises anything but an IotraceError, or runs past its alarm, fails
+with the mutation named so it can be replayed. Large files are represented by small real ones of the same format,
+and by a compact copy of an Nsight Systems export that keeps the tables iotrace reads, so the whole run stays within
+seconds.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import pytest
 from iotrace.errors import IotraceError
 from iotrace.trace import load
 
-# make test-fast leaves these out: 2,000 mutated corpus files.
+# make test-fast leaves these out: 1,100 mutated corpus files.
 pytestmark = pytest.mark.slow
 
-CASES = 2000
 PER_CASE_S = 5
 SOURCES = [
     "kineto/a100_pg509_alexnet_kineto_trace.json.gz", "kineto/a100_pg509_backward_thread_callstack_kineto.json",
@@ -34,6 +34,8 @@ SOURCES = [
     "ncu-rep/rtx4050laptop_rgb_brightness_ncu2023.3.ncu-rep",
     "ncu-rep/rtx2070_matrixMul_nsight_compute_2019.nsight-cuprof-report",
 ]
+#: Each source (and the compact Nsight Systems export) mutated 100 times, in turn.
+CASES = 100 * (len(SOURCES) + 1)
 KEEP_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
                "NVTX_EVENTS", "StringIds", "TARGET_INFO_GPU", "EXPORT_META_DATA")
 
