@@ -209,14 +209,19 @@ NOTEBOOK_LINES = [
 
 def test_notebook_stream_output_rows_name_their_cell_and_line(tmp_path: Path) -> None:
     """ANSI colour codes are stripped (the GPU name and the build hash are read through them); each row's source is
-    "cell 1, line N" counted within the cell's output; the RTX 4090 walls by hand."""
+    "cell 2, line N" counted within the cell's output; the RTX 4090 walls by hand."""
     path = tmp_path / "bench.ipynb"
     cell = {"cell_type": "code", "execution_count": 1, "metadata": {}, "source": ["!./llama-bench -m llama8b.gguf"],
             "outputs": [{"output_type": "stream", "name": "stdout",
                          "text": [line + "\n" for line in NOTEBOOK_LINES]}]}
-    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}))
+    smi = {"cell_type": "code", "execution_count": 0, "metadata": {}, "source": ["!nvidia-smi"],
+           "outputs": [{"output_type": "stream", "name": "stdout", "text": [
+               "| NVIDIA-SMI 535.161.08             Driver Version: 535.161.08   CUDA Version: 12.2     |\n"]}]}
+    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [smi, cell]}))
     rows = load_bench_file(path)
-    assert [r.source for r in rows] == [f"{path} (cell 1, line 5)", f"{path} (cell 1, line 6)"]
+    # nvidia-smi's banner in an earlier cell names the machine's driver for every table after it
+    assert {r.raw["driver"] for r in rows} == {"driver 535.161.08, CUDA 12.2 (nvidia-smi)"}
+    assert [r.source for r in rows] == [f"{path} (cell 2, line 5)", f"{path} (cell 2, line 6)"]
     assert [(r.test, r.phase) for r in rows] == [("pp512", "prefill"), ("tg128", "decode")]
     assert [(r.tokens_per_s, r.tokens_per_s_stddev) for r in rows] == [(7138.99, 14.96), (130.58, 0.66)]
     assert {(r.card_key, r.machine, r.engine_version, r.quant) for r in rows} == {

@@ -293,6 +293,9 @@ _NO_GPU = re.compile(r"failed to initialize (CUDA|ROCm|HIP)|no (CUDA|ROCm)-capab
 _BUILD = re.compile(r"^build: (\w+) \((\d+)\)")
 # A shell line running llama-bench ("$ llama-bench -m x.gguf -ngl 99"), and its -ngl option (a list: -ngl 0,99).
 _COMMAND = re.compile(r"(?:^|[\s/$])llama-bench\s(.*)$")
+# nvidia-smi's banner: "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |"; it describes
+# the machine for the rest of the file.
+_DRIVER = re.compile(r"Driver Version:\s*([\d.]+)\s+CUDA Version:\s*([\d.]+)")
 _NGL_OPTION = re.compile(r"(?:^|\s)(?:-ngl|--n-gpu-layers)[\s=]+(\S+)")
 _TEST = re.compile(r"^(?:pp ?(\d+))?(?:\+)?(?:tg ?(\d+))?(?: @ d(\d+))?$")
 _SIZE_UNITS = {"MiB": 2 ** 20, "GiB": 2 ** 30}
@@ -309,6 +312,7 @@ class _Table:
     devices: list[str] = field(default_factory=list)
     no_gpu: str = ""                # the device line that says the GPU backend failed
     command: str = ""               # the llama-bench command line printed above the table, if any
+    driver: str = ""                # the NVIDIA driver and CUDA versions nvidia-smi printed earlier in the file
     build: tuple[str, int] | None = None
 
 
@@ -328,7 +332,7 @@ def _is_header(line: str) -> bool:
 def _tables(text: str, at: Callable[[int], str]) -> list[_Table]:
     tables: list[_Table] = []
     devices: list[str] = []
-    no_gpu = command = ""
+    no_gpu = command = driver = ""
     current: _Table | None = None
     lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
@@ -347,13 +351,17 @@ def _tables(text: str, at: Callable[[int], str]) -> list[_Table]:
             continue
         if _COMMAND.search(stripped):
             command = f"line {number}: {stripped}"
+        found = _DRIVER.search(line)
+        if found:
+            driver = f"driver {found.group(1)}, CUDA {found.group(2)} (nvidia-smi)"
         device = _DEVICE.match(line)
         if device:
             devices.append((device.group(1) or device.group(2)).strip())
         elif _NO_GPU.search(line):
             no_gpu = f"line {number}: {stripped}"
         if _is_header(line):
-            current = _Table(number, _cells(line), devices=devices, no_gpu=no_gpu, command=command)
+            current = _Table(number, _cells(line), devices=devices, no_gpu=no_gpu, command=command,
+                             driver=driver)
             devices, no_gpu, command = [], "", ""
         elif stripped.startswith("|") and {"model", "test", "t/s"} <= set(_cells(line)) \
                 and set(_cells(line)) & {"size", "params", "backend"}:  # not llama-benchy's (model, test, t/s, ttfr)
@@ -405,6 +413,8 @@ def _md_object(table: _Table, number: int, cells: list[str], where: str) -> dict
             obj["split_mode" if column == "sm" else column] = row[column]
     if table.build is not None:
         obj["build_commit"], obj["build_number"] = table.build
+    if table.driver:
+        obj["driver"] = table.driver
     return obj
 
 
