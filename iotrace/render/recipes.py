@@ -69,24 +69,29 @@ def atlas_markdown(table: Any) -> str:
 
 
 def atlas_figure(table: Any) -> Any:
-    """A plotly figure, one panel per card: each recipe's decode tok/s (bars) and its wall (a marker above)."""
+    """A plotly figure, one panel per card: each recipe's decode tok/s (a horizontal bar, numbered so two alike
+    recipes stay two bars) and its wall (a red tick); panels are as tall as their recipes need."""
     from plotly.subplots import make_subplots
 
     decode = table[table["decode tok/s"].notna()]
     groups = _groups(decode)
-    fig = make_subplots(rows=max(len(groups), 1), cols=1, subplot_titles=[card for card, _ in groups],
-                        vertical_spacing=min(0.3 / max(len(groups), 1), 0.08))
+    counts = [len(rows) for _, rows in groups] or [1]
+    fig = make_subplots(rows=len(counts), cols=1, subplot_titles=[card for card, _ in groups],
+                        row_heights=[c / sum(counts) for c in counts],
+                        vertical_spacing=min(0.08, 0.6 / max(len(counts), 1)))
     for i, (_, rows) in enumerate(groups, start=1):
-        labels = [f"{r['model']} {r['quant']} · {r['engine']} · {r['tests']}" + (f" · {r['load']}" if r["load"] else "")
-                  for _, r in rows.iterrows()]
-        fig.add_bar(x=labels, y=rows["decode tok/s"], name="decode tok/s", marker_color="#4c78a8",
+        labels = [f"{n}. {r['model']} {r['quant']} · {r['engine']} · {r['tests']}" + (f" · {r['load']}" if r["load"]
+                  else "") for n, (_, r) in enumerate(rows.iterrows(), start=1)]
+        fig.add_bar(y=labels, x=rows["decode tok/s"], orientation="h", name="decode tok/s", marker_color="#4c78a8",
                     showlegend=i == 1, row=i, col=1)
-        fig.add_scatter(x=labels, y=rows["decode wall tok/s"], mode="markers", name="decode wall (identity 1)",
-                        marker={"symbol": "line-ew-open", "size": 28, "color": "#e45756", "line": {"width": 3}},
+        fig.add_scatter(y=labels, x=rows["decode wall tok/s"], mode="markers", name="decode wall (identity 1)",
+                        marker={"symbol": "line-ns-open", "size": 14, "color": "#e45756", "line": {"width": 3}},
                         showlegend=i == 1, row=i, col=1)
-        fig.update_yaxes(title_text="tok/s", row=i, col=1)
-    fig.update_layout(title="Decode tok/s of each recipe against its card's wall", height=max(320 * len(groups), 400),
-                      template="plotly_white", barmode="overlay")
+        fig.update_yaxes(autorange="reversed", automargin=True, row=i, col=1)
+        fig.update_xaxes(title_text="tok/s", rangemode="tozero", row=i, col=1)
+    fig.update_layout(title="Decode tok/s of each recipe (bars) against its card's decode wall (red ticks: identity 1)",
+                      height=120 + 26 * sum(counts) + 70 * len(counts), width=1100, template="plotly_white",
+                      showlegend=False)
     return fig
 
 
