@@ -140,3 +140,16 @@ def test_a_spilling_config_is_named_in_the_run(monkeypatch: pytest.MonkeyPatch) 
     assert f"{main.spill_stores} B spill stores + {main.spill_loads} B spill loads" in note and "BLOCK_" in note
     quiet = runner.run(call, check=False)  # the default config: no spill, no such note (tests/test_default_configs)
     assert not any("spills" in n for n in quiet.notes)
+
+
+def test_a_forked_worker_and_a_fresh_one_compile_alike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compile fork server (iotrace/compiler/forkserver.py) is only a faster start: a worker forked from it and
+    a fresh ``python -m iotrace.compiler`` (IOTRACE_COMPILE_FORKSERVER=0) give the same resources."""
+    shape = NORM.check_shape({"rows": 8, "hidden": 300})
+    units = list(NORM.compile_units(shape, "fp16", {"num_warps": 4}))
+    monkeypatch.setenv("IOTRACE_CACHE_DIR", str(tmp_path / "forked"))
+    forked = compile_resources(units, "8.0")
+    monkeypatch.setenv("IOTRACE_CACHE_DIR", str(tmp_path / "fresh"))
+    monkeypatch.setenv("IOTRACE_COMPILE_FORKSERVER", "0")
+    fresh = compile_resources(units, "8.0")
+    assert forked == fresh and forked[0].registers > 0

@@ -1,7 +1,8 @@
 """Fan a batch of units out: the disk cache first, nvcc in this process, Triton in worker processes.
 
-Triton units compile in worker processes (``python -m iotrace.compiler``) started fresh with the interpreter off,
-several at once. Plain subprocesses rather than multiprocessing: a user's script needs no ``__main__`` guard.
+Triton units compile in worker processes (``python -m iotrace.compiler``) started with the interpreter off, several
+at once: forked from :mod:`iotrace.compiler.forkserver` where it runs, else started fresh.
+Plain subprocesses rather than multiprocessing: a user's script needs no ``__main__`` guard.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from iotrace.compiler import forkserver
 from iotrace.compiler.disk_cache import cache_key, load_cached, store
 from iotrace.compiler.errors import CompileError
 from iotrace.compiler.nvcc import compile_cuda
@@ -120,19 +122,32 @@ def compile_each(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int], 
 
 
 def _run_worker(units: list[TritonUnit], target: int) -> list[dict[str, Any]]:
-    """Compile ``units`` in one fresh ``python -m iotrace.compiler`` process (see :mod:`iotrace.compiler.worker`)."""
+    """Compile ``units`` in one worker process, forked or fresh (see :mod:`iotrace.compiler.worker`)."""
     job = json.dumps({"cc": target, "units": [asdict(u) for u in units]})
     # The worker sees this process's sys.path, so a plugin module found only through it imports there too.
     env = {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    timeout_s = COMPILE_TIMEOUT_S * len(units)
+    try:  # a worker forked from a server that imported torch and Triton once, where one runs here
+        answers = forkserver.run_job(json.loads(job), env, timeout_s)
+    except TimeoutError:
+        raise _timed_out(units, target) from None
+    except forkserver.WorkerGone as exc:
+        raise CompileError(f"the Triton compile worker failed: {' '.join(str(exc).split())}",
+                           "run `python -m iotrace.compiler` by hand to see the whole error") from None
+    if answers is not None:
+        return answers
     try:
         done = subprocess.run([sys.executable, "-m", "iotrace.compiler"], input=job, capture_output=True,
-                              text=True, env=env, timeout=COMPILE_TIMEOUT_S * len(units))
+                              text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise CompileError(f"compiling {', '.join(u.function for u in units)} for sm_{target} took over "
-                           f"{COMPILE_TIMEOUT_S} s per kernel", "the config is likely far too large: pick smaller "
-                           "tiles") from None
+        raise _timed_out(units, target) from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise CompileError(f"the Triton compile worker failed: {' '.join((lines or ['no output'])[-1].split())}",
                            "run `python -m iotrace.compiler` by hand to see the whole error")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _timed_out(units: list[TritonUnit], target: int) -> CompileError:
+    return CompileError(f"compiling {', '.join(u.function for u in units)} for sm_{target} took over "
+                        f"{COMPILE_TIMEOUT_S} s per kernel", "the config is likely far too large: pick smaller tiles")

@@ -10,17 +10,22 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict
+from typing import Any
 
 from iotrace.compiler.errors import CompileError
 from iotrace.compiler.triton_target import compile_triton
 from iotrace.plugins.spec import TritonUnit
 
-__all__ = ["worker_main"]
+__all__ = ["answer", "worker_main"]
 
 
 def worker_main() -> None:
     """Read a compile job (JSON on stdin), compile each unit, print one JSON line of answers."""
-    job = json.loads(sys.stdin.read())
+    print(json.dumps(answer(json.loads(sys.stdin.read()))))
+
+
+def answer(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answers to one compile job (also a worker forked by :mod:`iotrace.compiler.forkserver`)."""
     answers = []
     for fields in job["units"]:
         fields["grid"] = tuple(fields["grid"])
@@ -28,4 +33,4 @@ def worker_main() -> None:
             answers.append(asdict(compile_triton(TritonUnit(**fields), job["cc"])))
         except CompileError as exc:
             answers.append({"error": exc.problem, "fix": exc.fix})
-    print(json.dumps(answers))
+    return answers
