@@ -48,6 +48,10 @@ def _tune() -> list[str]:
     return ["tune", "gemm", "--replay", str(SWEEP), "--strategy", "model", "--budget", "27"]
 
 
+def _recipes() -> list[str]:
+    return ["recipes", "--card", "l40s"]
+
+
 def _note() -> list[str]:
     return ["note", str(CORPUS / RGB), "--title", "RGB", "--no-images"]
 
@@ -61,6 +65,7 @@ COMMANDS = {
     "math occupancy": (_math_occupancy, False, (".html", ".json", ".md", ".txt"), (".pdf",)),
     "tune": (_tune, False, (".html", ".png", ".json", ".txt"), (".md", ".csv")),
     "note": (_note, True, (".md",), (".html", ".txt")),
+    "recipes": (_recipes, False, (".html", ".json", ".md", ".txt"), (".csv", ".pdf")),
 }
 
 WRITES = [(name, ext) for name, (_, _, writes, _) in COMMANDS.items() for ext in writes]
