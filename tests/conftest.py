@@ -158,6 +158,26 @@ def cli_in_process(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def run_cli_in_process(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """:func:`run_cli`'s answer from :func:`cli_in_process`'s call: a CompletedProcess, with argparse's own errors
+    and ``--help`` exiting as they would in a process. For the tests of a file that keep one real subprocess per
+    command family and call the rest in process with the same assertions."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    from iotrace.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with (mock.patch.dict(os.environ, {**CLI_ENV, **(env or {})}), contextlib.redirect_stdout(out),
+          contextlib.redirect_stderr(err)):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return subprocess.CompletedProcess(["iotrace", *args], code, out.getvalue(), err.getvalue())
+
+
 def cli_parsers() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """Every parser of the CLI with its command path (``()`` for ``iotrace`` itself, ``("math", "occupancy")``), parents
     first: for tests that must cover each command, so a command added later is covered or named."""

@@ -7,32 +7,16 @@ one bad request and `bench import` through a real subprocess too.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
-import subprocess
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
-from tests.conftest import CLI_ENV, pinned_model, run_cli
+from tests.conftest import pinned_model, run_cli
+from tests.conftest import run_cli_in_process as _in_process
 
 gguf = pytest.importorskip("gguf", reason="the bench needs iotrace[model] (make setup installs it)")
 
-
-def _in_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """``iotrace ARGS`` called in this process, as a CompletedProcess (argparse's own errors exit 2 as in a process)."""
-    from iotrace.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with mock.patch.dict(os.environ, CLI_ENV), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return subprocess.CompletedProcess(["iotrace", *args], code, out.getvalue(), err.getvalue())
 
 
 def _error(result, *needles: str) -> None:

@@ -1,25 +1,31 @@
-"""The CLI in a real subprocess: answers as JSON, one-line errors with exit code 2, help everywhere."""
+"""The CLI: answers as JSON, one-line errors with exit code 2, help everywhere. Called in this process (what these
+tests check is the command's answer, not the process), but for real subprocesses where the process is the point (a
+closed pipe, the tour into a pipe) and one each of a JSON answer, a one-line refusal of ``occupancy``, ``math``,
+``card`` and argparse itself, and ``--help``."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from iotrace.cards import lookup
 from tests.conftest import cli_in_process, run_cli
+from tests.conftest import run_cli_in_process as _in_process
 
 
-def _json(*args: str) -> object:
-    result = run_cli(*args, "--json")
+def _json(*args: str, run=_in_process) -> object:
+    result = run(*args, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
 def test_occupancy_json_answer() -> None:
     out = _json("occupancy", "--cc", "8.6", "--threads", "256", "--regs", "64", "--smem-static", "0",
-                "--smem-dynamic", "0")
+                "--smem-dynamic", "0", run=run_cli)  # a JSON answer through a real process
     # 64 regs x 32 = 2048 per warp; 16384 per sub-partition / 2048 = 8 warps x 4 = 32 warps = 4 blocks of 8 warps.
     assert out["active_blocks_per_sm"] == 4 and out["active_warps_per_sm"] == 32
     assert out["occupancy_pct"] == pytest.approx(200 / 3)
@@ -93,7 +99,7 @@ def test_cards_and_card() -> None:
 
 
 def test_card_from_the_environment() -> None:
-    result = run_cli("math", "decode", "--params", "27e9", "--bits", "4", "--json", env={"IOTRACE_CARD": "rtx3090"})
+    result = _in_process("math", "decode", "--params", "27e9", "--bits", "4", "--json", env={"IOTRACE_CARD": "rtx3090"})
     assert result.returncode == 0 and json.loads(result.stdout)["result"]["value"] == pytest.approx(69.333, abs=1e-3)
 
 
@@ -105,7 +111,6 @@ def test_occupancy_shows_its_arithmetic() -> None:
 
 
 def test_output_closed_early_is_not_an_error() -> None:
-    import subprocess
     import sys
 
     pipe = subprocess.run(f"{sys.executable} -m iotrace tour | head -1", shell=True, capture_output=True, text=True)
@@ -126,7 +131,6 @@ def test_tour_runs_without_a_gpu() -> None:
     """The one real `iotrace tour | cat` (about 70 s on two cores: a static tune compiled for the card and a decode of
     the pinned model, hence slow): its answers, every section title whole (they were cut at 100 columns in a pipe),
     no cell cut, no line past 300 characters, and the model by its clean name."""
-    import os
     import subprocess
     import sys
 
@@ -198,9 +202,14 @@ BAD_INPUT = [
 ]
 
 
+#: Through a real process: exit 2 and one line with no traceback from occupancy, math, card and argparse itself.
+REAL_PROCESS = [BAD_INPUT[0][0], BAD_INPUT[15][0], BAD_INPUT[16][0], BAD_INPUT[30][0]]
+
+
 @pytest.mark.parametrize(("args", "expected"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_path: Path) -> None:
-    result = run_cli(*args, env={"IOTRACE_CARD": ""})
+    run = run_cli if args in REAL_PROCESS else _in_process
+    result = run(*args, env={"IOTRACE_CARD": ""})
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -213,7 +222,7 @@ def test_card_without_name_or_gpu_is_a_clear_error() -> None:
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU, so `iotrace card` describes it")
-    result = run_cli("card", env={"IOTRACE_CARD": ""})
+    result = _in_process("card", env={"IOTRACE_CARD": ""})
     assert result.returncode == 2
     # `iotrace card` takes its card as NAME, not --card: the advice must be one the command accepts.
     assert result.stderr.strip() == ("iotrace: error: no GPU found (torch.cuda and CuPy see none) and no card was "
@@ -225,7 +234,8 @@ def test_card_without_name_or_gpu_is_a_clear_error() -> None:
                                      ["math", "prefill"], ["math", "kv"], ["math", "roofline"], ["math", "spec"],
                                      ["math", "occupancy"], ["occupancy"]])
 def test_every_command_has_help(command: list[str]) -> None:
-    result = run_cli(*command, "--help")
+    run = run_cli if command == ["math", "decode"] else _in_process  # one through a real process
+    result = run(*command, "--help")
     assert result.returncode == 0 and "usage: iotrace" in result.stdout
 
 

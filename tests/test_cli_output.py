@@ -2,7 +2,9 @@
 ``--wide``, negative numbers as values, a note without a browser, and messages that fit their command.
 
 The pipe tests run the CLI as a real subprocess with stdout redirected to a file and ``COLUMNS`` unset (unlike
-``run_cli``, which sets it), which is what ``iotrace cards > f`` does.
+``run_cli``, which sets it), which is what ``iotrace cards > f`` does; so does the terminal test (a pty). The rest
+call the CLI in this process with ``COLUMNS`` set (what they check is the text at a given width, not the process),
+but for one real subprocess each of an argparse refusal (``math``) and ``card``'s own refusal.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.conftest import run_cli_in_process as _in_process
 
 TENSORRT = "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite"
 UNCOALESCED = "ncu-rep/rtx4050laptop_rgb_uncoalesced_memchart_ncu2023.3.ncu-rep"
@@ -33,6 +36,7 @@ def _piped(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tup
         done = subprocess.run([sys.executable, "-m", "iotrace", *args], stdout=handle, stderr=subprocess.PIPE,
                               text=True, env=full_env, timeout=120)
     return done.returncode, out.read_text(encoding="utf-8"), done.stderr
+
 
 
 def _cells(text: str) -> list[list[str]]:
@@ -58,13 +62,13 @@ def test_cards_into_a_file_keep_every_name_and_sm_count(tmp_path: Path) -> None:
 
 
 def test_kernels_into_a_file_and_with_wide_name_every_kernel_in_full(tmp_path: Path) -> None:
-    names = [row["name"] for row in json.loads(run_cli("kernels", "--json").stdout)]
+    names = [row["name"] for row in json.loads(_in_process("kernels", "--json").stdout)]
     assert len(names) >= 2
     code, text, err = _piped(tmp_path, "kernels")
     assert code == 0, err
     assert sorted(cells[0] for cells in _cells(text) if cells[0]) == sorted(names)
     # In an 80-column "terminal" (COLUMNS set) the names are cut; --wide shows them whole there too.
-    wide = run_cli("kernels", "--wide", env={"COLUMNS": "80"})
+    wide = _in_process("kernels", "--wide", env={"COLUMNS": "80"})
     assert wide.returncode == 0, wide.stderr
     assert sorted(cells[0] for cells in _cells(wide.stdout) if cells[0]) == sorted(names)
 
@@ -81,10 +85,10 @@ def test_run_into_a_file_keeps_the_config_whole_and_names_both_spill_counts(tmp_
 
 def test_info_wide_and_into_a_file_name_every_distinct_kernel_in_full(corpus: Path, tmp_path: Path) -> None:
     trace = str(corpus / TENSORRT)
-    listed = json.loads(run_cli("info", trace, "--json", "--top", "40").stdout)["top_kernels"]
+    listed = json.loads(_in_process("info", trace, "--json", "--top", "40").stdout)["top_kernels"]
     names = {_whole(k["name"]) for k in listed}
     assert len(names) > 5
-    wide = run_cli("info", trace, "--top", "40", "--wide", env={"COLUMNS": "250"})
+    wide = _in_process("info", trace, "--top", "40", "--wide", env={"COLUMNS": "250"})
     assert wide.returncode == 0, wide.stderr
     assert all(name in wide.stdout for name in names)
     assert "…" not in wide.stdout
@@ -95,21 +99,21 @@ def test_info_wide_and_into_a_file_name_every_distinct_kernel_in_full(corpus: Pa
 
 def test_report_and_diff_into_a_file_and_with_wide_name_every_kernel_in_full(corpus: Path, tmp_path: Path) -> None:
     trace = str(corpus / TENSORRT)
-    names = {_whole(k["name"]) for k in json.loads(run_cli("report", trace, "--json").stdout)["kernels"]}
+    names = {_whole(k["name"]) for k in json.loads(_in_process("report", trace, "--json").stdout)["kernels"]}
     code, text, err = _piped(tmp_path, "report", trace)
     assert code == 0, err
     assert all(name in text for name in names)
-    wide = run_cli("report", trace, "--wide", env={"COLUMNS": "100"})
+    wide = _in_process("report", trace, "--wide", env={"COLUMNS": "100"})
     assert wide.returncode == 0, wide.stderr
     assert all(name in wide.stdout for name in names)
-    narrow = run_cli("report", trace, env={"COLUMNS": "100"})  # a terminal's width: cut to fit, as before
+    narrow = _in_process("report", trace, env={"COLUMNS": "100"})  # a terminal's width: cut to fit, as before
     assert max(len(line) for line in narrow.stdout.splitlines()) <= 100
     out = tmp_path / "report.txt"
-    assert run_cli("report", trace, "-o", str(out)).returncode == 0
+    assert _in_process("report", trace, "-o", str(out)).returncode == 0
     assert all(name in out.read_text(encoding="utf-8") for name in names)
-    diff = run_cli("diff", str(corpus / UNCOALESCED), str(corpus / COALESCED), "--wide", env={"COLUMNS": "60"})
+    diff = _in_process("diff", str(corpus / UNCOALESCED), str(corpus / COALESCED), "--wide", env={"COLUMNS": "60"})
     assert diff.returncode == 0, diff.stderr
-    (row,) = json.loads(run_cli("diff", str(corpus / UNCOALESCED), str(corpus / COALESCED), "--json").stdout)[
+    (row,) = json.loads(_in_process("diff", str(corpus / UNCOALESCED), str(corpus / COALESCED), "--json").stdout)[
         "kernels"]
     assert _whole(row["after"]) in diff.stdout
 
@@ -120,12 +124,13 @@ def test_report_and_diff_into_a_file_and_with_wide_name_every_kernel_in_full(cor
     ("--tokens", "-8k", ["math", "kv", "--model", "llama-3-8b"]),
 ])
 def test_a_negative_number_after_a_space_is_a_value(flag: str, value: str, rest: list[str]) -> None:
-    result = run_cli(*rest, flag, value)
+    run = run_cli if value == "-27e9" else _in_process  # one through a real process: argparse's exit 2, one line
+    result = run(*rest, flag, value)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "expected one argument" not in lines[0], lines
     assert "must be a positive finite number" in lines[0]
-    joined = run_cli(*rest, f"{flag}={value}")
+    joined = _in_process(*rest, f"{flag}={value}")
     assert joined.stderr == result.stderr  # `--params -27e9` and `--params=-27e9` get the same answer
 
 
@@ -156,17 +161,17 @@ def test_card_without_a_name_advises_its_own_form() -> None:
 
     if local_device() is not None:
         pytest.skip("this machine has a GPU, so `iotrace card` describes it")
-    result = run_cli("card", env={"IOTRACE_CARD": ""})
+    result = run_cli("card", env={"IOTRACE_CARD": ""})  # `card` through a real process
     assert result.returncode == 2
     assert result.stderr.strip().endswith("give a card name: iotrace card h100, or set IOTRACE_CARD "
                                           "(see `iotrace cards`)"), result.stderr
     assert "--card" not in result.stderr
-    other = run_cli("math", "decode", "--params", "8e9", "--bits", "4", env={"IOTRACE_CARD": ""})
+    other = _in_process("math", "decode", "--params", "8e9", "--bits", "4", env={"IOTRACE_CARD": ""})
     assert other.returncode == 2 and "pass --card NAME" in other.stderr  # commands that take --card keep it
 
 
 def test_cupti_help_is_a_whole_sentence() -> None:
-    result = run_cli("run", "--help")
+    result = _in_process("run", "--help")
     assert result.returncode == 0
     assert "(Kineto/CUPTI): needs a GPU but no Nsight tool" in " ".join(result.stdout.split())
 

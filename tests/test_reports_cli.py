@@ -1,4 +1,7 @@
-"""``iotrace report`` and ``iotrace diff`` as a user runs them: real subprocesses on real corpus files."""
+"""``iotrace report`` and ``iotrace diff`` as a user runs them, on real corpus files: in this process (what they check
+is the command's output, not the process; the worker's imports are shared), but for a real subprocess each of
+``report`` (PNG export without a browser: a fresh interpreter's browser search on its own PATH, exit 2, one line) and
+``diff`` (a missing file), and the kaleido exports (a browser child process, kaleido's threads)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.conftest import run_cli_in_process as _in_process
 
 T4 = "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep"
 UNCOALESCED = "ncu-rep/rtx4050laptop_rgb_uncoalesced_memchart_ncu2023.3.ncu-rep"
@@ -16,6 +20,7 @@ COALESCED = "ncu-rep/rtx4050laptop_rgb_coalesced_memchart_ncu2023.3.ncu-rep"
 NSYS = "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite"
 
 EVIL = "[bold red]x[/] <script>alert(1)</script>"
+
 
 
 def _strict_json(text: str) -> object:
@@ -40,19 +45,19 @@ def _kineto(tmp_path: Path) -> Path:
 
 
 def test_report_json_per_kernel_keys_and_no_nan(corpus: Path) -> None:
-    result = run_cli("report", str(corpus / T4), "--json")
+    result = _in_process("report", str(corpus / T4), "--json")
     assert result.returncode == 0, result.stderr
     data = _strict_json(result.stdout)
     (kernel,) = data["kernels"]
     assert kernel["occupancy"]["theoretical_pct"] == kernel["occupancy"]["theoretical_pct_ncu"] == 100.0
     assert kernel["roofline"]["bound"] == "memory" and next(iter(kernel["stalls"])) == "long_scoreboard"
-    same = run_cli("report", str(corpus / T4), "--format", "json")
+    same = _in_process("report", str(corpus / T4), "--format", "json")
     assert _strict_json(same.stdout) == data
 
 
 def test_terminal_report_fits_100_columns(corpus: Path) -> None:
     for name in (T4, NSYS, "ncu-rep/v100_sxm2_miniweather_openacc_full_ncu2022.2.ncu-rep"):
-        result = run_cli("report", str(corpus / name), env={"COLUMNS": "100"})
+        result = _in_process("report", str(corpus / name), env={"COLUMNS": "100"})
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
         assert max(len(line) for line in lines) <= 100, name
@@ -61,11 +66,11 @@ def test_terminal_report_fits_100_columns(corpus: Path) -> None:
 
 def test_terminal_and_markdown_show_trace_names_as_typed(tmp_path: Path) -> None:
     trace = _kineto(tmp_path)
-    result = run_cli("report", str(trace), "--details", "1")
+    result = _in_process("report", str(trace), "--details", "1")
     assert result.returncode == 0, result.stderr
     assert EVIL in result.stdout  # rich markup in a name is printed, not interpreted
     out = tmp_path / "r.md"
-    assert run_cli("report", str(trace), "--format", "md", "-o", str(out)).returncode == 0
+    assert _in_process("report", str(trace), "--format", "md", "-o", str(out)).returncode == 0
     text = out.read_text(encoding="utf-8")
     assert "<script>" not in text and r"\<script\>alert(1)\</script\>" in text
 
@@ -73,17 +78,17 @@ def test_terminal_and_markdown_show_trace_names_as_typed(tmp_path: Path) -> None
 def test_markdown_html_and_diff_outputs(corpus: Path, tmp_path: Path) -> None:
     md = tmp_path / "t4.md"
     page = tmp_path / "t4.html"
-    assert run_cli("report", str(corpus / T4), "--format", "md", "-o", str(md)).returncode == 0
+    assert _in_process("report", str(corpus / T4), "--format", "md", "-o", str(md)).returncode == 0
     text = md.read_text()
     assert "| kernel |" in text and "1. **roofline** \\#0 matrix" in text and "Memory bound: memory throughput" in text
     assert text.index("## Top findings") < text.index("| kernel |")  # the report opens with what matters
-    assert run_cli("report", str(corpus / T4), "--format", "html", "-o", str(page)).returncode == 0
+    assert _in_process("report", str(corpus / T4), "--format", "html", "-o", str(page)).returncode == 0
     assert page.read_text().startswith("<!doctype html>")
-    diff = run_cli("diff", str(corpus / UNCOALESCED), str(corpus / COALESCED), "--json")
+    diff = _in_process("diff", str(corpus / UNCOALESCED), str(corpus / COALESCED), "--json")
     assert diff.returncode == 0, diff.stderr
     (row,) = _strict_json(diff.stdout)["kernels"]
     assert row["l2_bytes_ratio"] == pytest.approx(49495 / 98545)
-    term = run_cli("diff", str(corpus / UNCOALESCED), str(corpus / COALESCED))
+    term = _in_process("diff", str(corpus / UNCOALESCED), str(corpus / COALESCED))
     assert "L2 bytes" in term.stdout and "only kernel left on each side" in term.stdout
 
 
@@ -91,6 +96,8 @@ def test_markdown_html_and_diff_outputs(corpus: Path, tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="PNG export needs Chromium (apt-get install chromium)")
 def test_png_and_svg_through_kaleido(corpus: Path, tmp_path: Path) -> None:
     pytest.importorskip("kaleido", reason="PNG export needs kaleido: pip install 'iotrace[image]'")
+    # Real processes: the export drives a browser child process through kaleido's threads, which the program's exit
+    # must get past (iotrace.cli.run).
     png = tmp_path / "t4.png"
     result = run_cli("report", str(corpus / T4), "--format", "png", "-o", str(png))
     assert result.returncode == 0, result.stderr
@@ -104,6 +111,7 @@ def test_png_and_svg_through_kaleido(corpus: Path, tmp_path: Path) -> None:
 
 
 def test_png_without_chromium_names_the_missing_piece(corpus: Path, tmp_path: Path) -> None:
+    # A real process: a fresh interpreter's browser search on its own PATH (nothing found or cached before), exit 2.
     env = {"PATH": str(tmp_path), "BROWSER_PATH": ""}  # no browser on the PATH
     result = run_cli("report", str(corpus / T4), "--format", "png", "-o", str(tmp_path / "x.png"), env=env)
     assert result.returncode == 2
@@ -120,21 +128,22 @@ def test_png_without_chromium_names_the_missing_piece(corpus: Path, tmp_path: Pa
     (["--images"], "--images needs --format md"),
 ])
 def test_bad_report_options_are_one_line_and_exit_2(corpus: Path, args: list[str], expected: str) -> None:
-    result = run_cli("report", str(corpus / T4), *args)
+    result = _in_process("report", str(corpus / T4), *args)
     assert result.returncode == 2, result.stdout
     assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_missing_trace_is_one_line(tmp_path: Path) -> None:
-    result = run_cli("report", str(tmp_path / "nope.ncu-rep"))
+    result = _in_process("report", str(tmp_path / "nope.ncu-rep"))
     assert result.returncode == 2 and "does not exist" in result.stderr
-    result = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    result = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))  # diff through a real process
     assert result.returncode == 2 and "does not exist" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_help_lists_the_flags() -> None:
-    result = run_cli("report", "--help")
+    result = _in_process("report", "--help")
     assert result.returncode == 0
     for flag in ("--kernel", "--card", "--format", "--json", "--output", "--ceilings", "--plugin", "--shape"):
         assert flag in result.stdout
-    assert run_cli("diff", "--help").returncode == 0
+    assert _in_process("diff", "--help").returncode == 0

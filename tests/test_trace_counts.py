@@ -3,6 +3,9 @@
 Every expected value is read here without iotrace: the ncu reports with ``ncu_report``, the nsys exports with
 ``sqlite3``, the Kineto traces with ``json``. The counts: distinct kernel names, launches, launches with a
 duration, CPU-side ranges with the GPU mirrors of Kineto annotations apart, memcpy and memset apart.
+
+The CLI is called in this process (what these tests check is what it counts, not the process), but for one real
+subprocess each of ``info`` and ``report``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from iotrace.trace.info import render_info, summarise
 from iotrace.trace.reports import build_report
 
 from .conftest import ncu_launches, run_cli
+from .conftest import run_cli_in_process as _in_process
 
 KMEANS = "ncu-rep/gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep"
 CUTLASS = "ncu-rep/a100pcie_cutlass_gemm_dynsmem_ncu2024.1.ncu-rep"
@@ -48,14 +52,15 @@ def _kineto(path: Path) -> list[dict]:
         return json.load(handle)["traceEvents"]
 
 
-def _info(path: Path) -> dict:
-    done = run_cli("info", str(path), "--json", "--top", "1000")
+
+def _info(path: Path, run=_in_process) -> dict:
+    done = run("info", str(path), "--json", "--top", "1000")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 def _report(path: Path, *extra: str) -> dict:
-    done = run_cli("report", str(path), "--format", "json", "--top", "1000", *extra)
+    done = _in_process("report", str(path), "--format", "json", "--top", "1000", *extra)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -71,9 +76,9 @@ def test_one_kernel_launched_100_times_is_one_kernel_with_100_launches(corpus: P
     info = _info(corpus / KMEANS)
     assert info["counts"] == counts
     assert info["top_kernels"][0]["launches"] == 100
-    text = run_cli("info", str(corpus / KMEANS)).stdout
+    text = _in_process("info", str(corpus / KMEANS)).stdout
     assert "1 kernel (100 launches)" in text and "100 kernels" not in text
-    report = run_cli("report", str(corpus / KMEANS), "--top", "100").stdout
+    report = _in_process("report", str(corpus / KMEANS), "--top", "100").stdout
     assert "1 kernel (100 launches)" in report and "100 kernels" not in report
     assert "Kernels (1 launch group: 100 profiled launches of 1 kernel, identical launches grouped)" in report
 
@@ -88,7 +93,7 @@ def test_kineto_memcpy_and_memset_are_counted_apart(corpus: Path, name: str) -> 
     counts = load(corpus / name).counts()
     assert (counts["memcpy"], counts["memset"], counts["transfers"]) == (memcpy, memset, memcpy + memset)
     assert (counts["kernels"], counts["launches"]) == (len(set(kernels)), len(kernels))
-    assert f"{memcpy} memcpy, {memset} memset" in run_cli("info", str(corpus / name)).stdout
+    assert f"{memcpy} memcpy, {memset} memset" in _in_process("info", str(corpus / name)).stdout
 
 
 def test_gpu_mirrors_of_annotations_are_counted_apart_and_not_twice_in_the_timeline(corpus: Path) -> None:
@@ -121,7 +126,7 @@ def test_range_profiler_launches_without_a_duration_are_not_measured(corpus: Pat
 
 
 def test_top_kernels_add_up_to_the_measured_launches(corpus: Path) -> None:
-    info = _info(corpus / TRACE_DIFF)
+    info = _info(corpus / TRACE_DIFF, run=run_cli)  # `info` through a real process
     assert sum(k["launches"] for k in info["top_kernels"]) == info["counts"]["measured_launches"]
 
 
@@ -138,8 +143,8 @@ def test_info_and_report_state_the_same_counts(corpus: Path, name: str) -> None:
             memset, = db.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchone()
         assert (report["counts"]["launches"], report["counts"]["kernels"]) == (launches, distinct)
         assert (report["counts"]["memcpy"], report["counts"]["memset"]) == (memcpy, memset)
-    text_info = run_cli("info", str(corpus / name)).stdout
-    text_report = run_cli("report", str(corpus / name)).stdout
+    text_info = _in_process("info", str(corpus / name)).stdout
+    text_report = _in_process("report", str(corpus / name)).stdout
     line = next(ln for ln in text_info.splitlines() if ln.startswith("  counts")).split("counts", 1)[1].strip()
     assert f"counts: {line}" in text_report
 
@@ -149,7 +154,7 @@ def test_markdown_and_html_headers_carry_the_counts(corpus: Path, tmp_path: Path
 
     md, page = tmp_path / "r.md", tmp_path / "r.html"
     for target in (md, page):
-        done = run_cli("report", str(corpus / JULIA), "--format", target.suffix[1:], "--output", str(target))
+        done = _in_process("report", str(corpus / JULIA), "--format", target.suffix[1:], "--output", str(target))
         assert done.returncode == 0, done.stderr
     words = counts_text(load(corpus / JULIA).counts())
     assert words.startswith("3 kernels (5 launches)")
@@ -182,9 +187,11 @@ def test_the_dynamic_shared_memory_of_the_files_is_what_is_shown(corpus: Path) -
     """The values stated for these files (PROVENANCE.md): 148,992 B on the CUTLASS GEMM, 76,896 B on julia_frb."""
     assert [r["dynamic"] for r in _ncu_launches(corpus / CUTLASS)] == [148_992]
     assert max(r["dynamic"] for r in _ncu_launches(corpus / JULIA)) == 76_896
-    text = run_cli("report", str(corpus / CUTLASS), "--wide").stdout
+    done = run_cli("report", str(corpus / CUTLASS), "--wide")  # `report` through a real process
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
     assert "shared memory/block 148,992 B (0 static + 148,992 dynamic)" in text
-    assert "smem 76,896 B" in run_cli("info", str(corpus / JULIA), "--wide").stdout
+    assert "smem 76,896 B" in _in_process("info", str(corpus / JULIA), "--wide").stdout
 
 
 @pytest.mark.slow
