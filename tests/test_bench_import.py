@@ -402,3 +402,21 @@ def test_sglang_bench_one_batch_gives_a_prefill_and_a_decode_row_per_batch() -> 
             lookup("h100").peak_flop_per_s("bf16_tensor") / (2 * shape.params), rel=1e-12)
         assert (decode.engine, decode.depth, decode.source.endswith(f":{rows.index(row) + 1}")) == ("sglang", 1024,
                                                                                                    True)
+
+
+def test_the_llama_bench_command_above_a_markdown_table_names_its_ngl_and_is_kept(tmp_path: Path) -> None:
+    """A table that hides ngl (a BLAS build) is placed by the command printed above it; a compiler line that merely
+    names the binary (``-o llama-bench``) is not a command."""
+    table = ["| model | size | params | backend | threads | test | t/s |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: |",
+             "| llama 8B Q4_K - Medium | 4.58 GiB | 8.03 B | CUDA,BLAS | 16 | tg128 | 101.50 ± 0.20 |"]
+    text = ["g++ -O3 main.o -o llama-bench -lcuda", "Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9",
+            "$ ./build/bin/llama-bench -m llama8b.gguf -ngl 99 -t 16", *table, "", "build: 4426e298 (2824)"]
+    path = tmp_path / "run.md"
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    (run,) = load_bench_file(path)
+    assert run.raw["command"] == "llama-bench -m llama8b.gguf -ngl 99 -t 16" and run.raw["n_gpu_layers"] == 99
+    assert (run.card_key, run.machine) == ("rtx4090", "gpu") and "ngl 99 from the command" in run.wall_note
+    path.write_text("\n".join(text[:2] + text[3:]) + "\n", encoding="utf-8")  # only the compiler line is left
+    with pytest.raises(InvalidValueError, match="has no ngl column"):
+        load_bench_file(path)

@@ -292,7 +292,7 @@ _DEVICE = re.compile(r"^\s*Device \d+: ([^,]+),|^ggml_vulkan: \d+ = (.+?) \(")
 _NO_GPU = re.compile(r"failed to initialize (CUDA|ROCm|HIP)|no (CUDA|ROCm)-capable device")
 _BUILD = re.compile(r"^build: (\w+) \((\d+)\)")
 # A shell line running llama-bench ("$ llama-bench -m x.gguf -ngl 99"), and its -ngl option (a list: -ngl 0,99).
-_COMMAND = re.compile(r"(?:^|[\s/$])llama-bench\s(.*)$")
+_COMMAND = re.compile(r"^(?:[$#>!]\s*)?(?:\S*/)?llama-bench(?:\.exe)?\s+(.*)$")  # the program, not "-o llama-bench"
 # nvidia-smi's banner: "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |"; it describes
 # the machine for the rest of the file.
 _DRIVER = re.compile(r"Driver Version:\s*([\d.]+)\s+CUDA Version:\s*([\d.]+)")
@@ -312,6 +312,7 @@ class _Table:
     devices: list[str] = field(default_factory=list)
     no_gpu: str = ""                # the device line that says the GPU backend failed
     command: str = ""               # the llama-bench command line printed above the table, if any
+    command_at: int = 0             # its line
     driver: str = ""                # the NVIDIA driver and CUDA versions nvidia-smi printed earlier in the file
     build: tuple[str, int] | None = None
 
@@ -333,6 +334,7 @@ def _tables(text: str, at: Callable[[int], str]) -> list[_Table]:
     tables: list[_Table] = []
     devices: list[str] = []
     no_gpu = command = driver = ""
+    command_at = 0
     current: _Table | None = None
     lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
@@ -350,7 +352,7 @@ def _tables(text: str, at: Callable[[int], str]) -> list[_Table]:
             devices, no_gpu, command = [], "", ""  # the next run prints its own device lines
             continue
         if _COMMAND.search(stripped):
-            command = f"line {number}: {stripped}"
+            command, command_at = stripped, number
         found = _DRIVER.search(line)
         if found:
             driver = f"driver {found.group(1)}, CUDA {found.group(2)} (nvidia-smi)"
@@ -361,7 +363,7 @@ def _tables(text: str, at: Callable[[int], str]) -> list[_Table]:
             no_gpu = f"line {number}: {stripped}"
         if _is_header(line):
             current = _Table(number, _cells(line), devices=devices, no_gpu=no_gpu, command=command,
-                             driver=driver)
+                             command_at=command_at, driver=driver)
             devices, no_gpu, command = [], "", ""
         elif stripped.startswith("|") and {"model", "test", "t/s"} <= set(_cells(line)) \
                 and set(_cells(line)) & {"size", "params", "backend"}:  # not llama-benchy's (model, test, t/s, ttfr)
@@ -415,6 +417,8 @@ def _md_object(table: _Table, number: int, cells: list[str], where: str) -> dict
         obj["build_commit"], obj["build_number"] = table.build
     if table.driver:
         obj["driver"] = table.driver
+    if table.command:  # the command as the file shows it, without its shell prompt
+        obj["command"] = "llama-bench " + _COMMAND.search(table.command).group(1)
     return obj
 
 
@@ -440,10 +444,11 @@ def _place(table: _Table, obj: dict[str, Any], index: int, setting: Setting, whe
             if option is None:
                 obj["n_gpu_layers"] = DEFAULT_NGL
                 return (f"ngl {DEFAULT_NGL}, llama-bench's default: the command above the table sets none "
-                        f"({table.command})")
+                        f"(line {table.command_at}: {table.command})")
             if option.group(1).isdigit():
                 obj["n_gpu_layers"] = int(option.group(1))
-                return f"ngl {option.group(1)} from the command above the table ({table.command})"
+                return (f"ngl {option.group(1)} from the command above the table (line {table.command_at}: "
+                        f"{table.command})")
         raise InvalidValueError(
             f"{where}: the table at line {table.line} has no ngl column (llama-bench hides it when its backends "
             f"include BLAS: {obj['backends']}), so whether the model ran on the GPU cannot be told",

@@ -94,7 +94,7 @@ def _recipe(runs: list[ImportedRun], path: Path, source: Source, one_object: boo
         quant=first.quant or "unknown", bits_per_weight=round(bits, 3) if bits else None,
         weight_bytes=first.weight_bytes, engine=first.engine, engine_version=first.engine_version, source=source,
         architecture=arch, flags={k: first.raw[k] for k in _FLAG_FIELDS if k in first.raw}, batch=first.batch,
-        driver=first.raw.get("driver") if first.machine != "cpu" else None,
+        driver=first.raw.get("driver") if first.machine != "cpu" else None, command=first.raw.get("command"),
         concurrency=concurrency, depth=first.depth, prompt_tokens=first.prompt_tokens if serving else None,
         gen_tokens=first.gen_tokens if serving else None,
         prefill=_figure(by_phase["prefill"], path, one_object) if "prefill" in by_phase else None,
