@@ -93,28 +93,6 @@ def _quant(model_type: str) -> str | None:
     return parts[2].strip() or None if len(parts) == 3 else None
 
 
-def _ubatch_wall(walls: dict[str, Any], card: Card, weight_bytes: float, ubatch: int, n_prompt: int,
-                 tokens_per_s: float) -> None:
-    """Lower a prefill's compute wall to the bandwidth wall where micro-batches are too small to reach it.
-
-    llama.cpp evaluates a prompt in micro-batches of ``n_ubatch`` tokens, and each reads every weight once, so a
-    prefill cannot beat ubatch · bandwidth / weight bytes (identity 1 applied per micro-batch); at n_ubatch 1 a
-    prefill is a sequence of decode steps.
-    """
-    tokens = min(ubatch, n_prompt)
-    try:
-        bandwidth_wall = tokens * card.bandwidth_bytes_per_s / weight_bytes
-    except InvalidValueError:
-        return
-    if bandwidth_wall < walls["prefill_wall_tok_s"]:
-        walls["prefill_wall_tok_s"] = bandwidth_wall
-        walls["fraction_of_wall"] = tokens_per_s / bandwidth_wall
-        note = (f"n_ubatch {ubatch}: each micro-batch of {tokens} token{'s' if tokens != 1 else ''} reads every "
-                "weight once, so bandwidth "
-                "(identity 1), not compute, bounds this prefill")
-        walls["wall_note"] = f"{walls['wall_note']}; {note}" if walls["wall_note"] else note
-
-
 def _llama_peaks(model_type: str) -> tuple[tuple[str, ...], str]:
     """The peaks that bound a llama.cpp prefill of these weights, and a note on the choice."""
     words = set(re.split(r"[\s\-]+", model_type.upper()))
@@ -217,9 +195,7 @@ def llama_run(obj: Any, source: str, setting: Setting, cards: dict[str, tuple[Ca
                      weight_note="model_size missing: weight bytes unknown",
                      params=float(n_params) if n_params else None, batch=1, depth=depth, shape=shape,
                      shape_note=setting.shape_note if shape is None else "", kv_bytes_per_value=kv, kv_note=kv_note,
-                     peaks=peaks, notes=notes)
-    if phase == "prefill" and card_for_walls is not None and size and walls["prefill_wall_tok_s"] is not None:
-        _ubatch_wall(walls, card_for_walls, float(size), n_ubatch or DEFAULT_UBATCH, n_prompt, tokens_per_s)
+                     peaks=peaks, notes=notes, ubatch=n_ubatch or DEFAULT_UBATCH, prompt_tokens=n_prompt)
     return ImportedRun(
         engine="llama.cpp", engine_version=version, source=source, model=name, card_name=card_name,
         card_key=card.key if card is not None else None, test=test, phase=phase, batch=1,
@@ -229,8 +205,6 @@ def llama_run(obj: Any, source: str, setting: Setting, cards: dict[str, tuple[Ca
         latency_p99_s=None, requests=None, weight_bytes=float(size) if size else None,
         params=float(n_params) if n_params else None, kv_bytes_per_value=kv, raw=dict(obj), machine=machine,
         quant=_quant(field_text(obj, "model_type")), ubatch=n_ubatch, **walls)
-
-
 
 
 # --- -o csv ---------------------------------------------------------------------------------------------------------

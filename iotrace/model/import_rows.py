@@ -22,8 +22,8 @@ from iotrace.model.walls import decode_step_bytes, decode_wall, prefill_wall
 from iotrace.model_shapes import ModelShape
 from iotrace.model_shapes import model as model_shape
 
-__all__ = ["FORMATS", "GGML_KV_BYTES_PER_VALUE", "WEIGHT_BYTES", "ImportedRun", "Setting", "card_of_file",
-           "dtype_key", "field_number", "field_text", "not_bench", "shape_of", "walls_of"]
+__all__ = ["DTYPE_PEAKS", "FORMATS", "GGML_KV_BYTES_PER_VALUE", "WEIGHT_BYTES", "ImportedRun", "Setting",
+           "card_of_file", "dtype_key", "field_number", "field_text", "not_bench", "shape_of", "walls_of"]
 
 #: Bytes per cached value of llama.cpp's ``-ctk`` / ``-ctv`` types: a block's size over the values it holds, from
 #: ggml's ``ggml/src/ggml-common.h`` (block_q8_0 = fp16 scale + 32 int8 = 34 B; block_q4_0 = fp16 scale + 16 B of
@@ -39,8 +39,8 @@ WEIGHT_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8e4m
 
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
                   "fp8_e4m3": "fp8e4m3", "float8_e4m3fn": "fp8e4m3"}
-# The CardBook peak that bounds a prefill in each weight dtype (first one the card states).
-_DTYPE_PEAKS = {"fp32": ("fp32",), "bf16": ("bf16_tensor",), "fp16": ("fp16_tensor",),
+#: The CardBook peak that bounds a prefill in each weight dtype (the first one the card states).
+DTYPE_PEAKS: dict[str, tuple[str, ...]] = {"fp32": ("fp32",), "bf16": ("bf16_tensor",), "fp16": ("fp16_tensor",),
                 "fp8e4m3": ("fp8_tensor",), "fp8": ("fp8_tensor",), "int8": ("int8_tensor",)}
 
 FORMATS = ("llama-bench -o json, -o jsonl, -o csv or -o md (its Markdown tables, several to a file); vllm bench "
@@ -203,15 +203,33 @@ def card_of_file(gpu_info: str, split_mode: str, cache: dict[str, tuple[Card | N
     return found
 
 
+def _ubatch_wall(out: dict[str, Any], card: Card, gpus: int, weight_bytes: float, ubatch: int, prompt_tokens: int,
+                 tokens_per_s: float, notes: list[str]) -> None:
+    """Lower ``out``'s prefill wall to the bandwidth wall of its micro-batches where that is lower."""
+    tokens = min(ubatch, prompt_tokens)
+    try:
+        bandwidth_wall = tokens * card.bandwidth_bytes_per_s * gpus / weight_bytes
+    except InvalidValueError:
+        return
+    if bandwidth_wall < out["prefill_wall_tok_s"]:
+        out["prefill_wall_tok_s"] = bandwidth_wall
+        out["fraction_of_wall"] = tokens_per_s / bandwidth_wall
+        notes.append(f"n_ubatch {ubatch}: each micro-batch of {tokens} token{'s' if tokens != 1 else ''} reads "
+                     "every weight once, so bandwidth (identity 1), not compute, bounds this prefill")
+
+
 def walls_of(phase: str, tokens_per_s: float, card: Card | None, card_note: str, *, weight_bytes: float | None,
            weight_note: str, params: float | None, batch: int, depth: int, shape: ModelShape | None, shape_note: str,
            kv_bytes_per_value: float | None, kv_note: str, peaks: tuple[str, ...], notes: list[str],
-             gpus: int = 1) -> dict[str, Any]:
+             gpus: int = 1, ubatch: int | None = None, prompt_tokens: int | None = None) -> dict[str, Any]:
     """The walls of one row (keys of :class:`ImportedRun`), every missing input named in ``wall_note``.
 
     ``gpus`` > 1 is tensor parallelism: each card reads its share of every weight each step, so the walls are those
     of the cards' summed bandwidth and peak (an upper bound: the all-reduces between them are left out). A "serving"
     row is one stream's decode: whatever the batch, a step reads every weight once and a stream gains one token.
+    ``ubatch`` is llama.cpp's micro-batch: a prompt of ``prompt_tokens`` is evaluated in passes of at most that
+    many tokens, each reading every weight once, so the prefill wall is also at most tokens per pass · bandwidth /
+    weight bytes (identity 1 per pass; at n_ubatch 1 a prefill is a run of decode steps), whichever is lower.
     """
     out: dict[str, Any] = {"step_bytes": None, "decode_wall_tok_s": None, "prefill_wall_tok_s": None,
                            "fraction_of_wall": None}
@@ -252,6 +270,8 @@ def walls_of(phase: str, tokens_per_s: float, card: Card | None, card_note: str,
                 notes.append("prefill wall at int8_tensor (llama.cpp's MMQ: quantized weights as int8)")
             elif precision != peaks[0]:
                 notes.append(f"prefill wall at the {precision} peak ({card.key} states no {peaks[0]})")
+            if ubatch and weight_bytes:
+                _ubatch_wall(out, card, gpus, weight_bytes, ubatch, prompt_tokens or ubatch, tokens_per_s, notes)
     fraction = out["fraction_of_wall"]
     if fraction is not None and fraction > 1:
         # A measurement above its wall means the wall's inputs (bytes, card, placement) do not describe the run:

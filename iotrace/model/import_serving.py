@@ -32,7 +32,15 @@ import statistics
 from typing import Any
 
 from iotrace.errors import InvalidValueError
-from iotrace.model.import_rows import WEIGHT_BYTES, ImportedRun, Setting, field_number, field_text, walls_of
+from iotrace.model.import_rows import (
+    DTYPE_PEAKS,
+    WEIGHT_BYTES,
+    ImportedRun,
+    Setting,
+    field_number,
+    field_text,
+    walls_of,
+)
 
 __all__ = ["is_one_batch_result", "is_serving_result", "one_batch_runs", "serving_run", "vllm_latency",
            "vllm_throughput"]
@@ -48,6 +56,12 @@ def _percentile(obj: dict[str, Any], which: int, where: str) -> float | None:
         if key in table:
             return float(field_number(table, key, f"{where} percentiles"))
     return None
+
+
+def _kv_width(dtype: str) -> float:
+    """Bytes per cached value: vLLM's and SGLang's default KV cache dtype ("auto") follows the activations, so fp32
+    for fp32 weights and 16 bits for the rest (bf16 activations for fp8 and int8 weights)."""
+    return 4.0 if dtype == "fp32" else 2.0
 
 
 def _vllm_common(setting: Setting, file_model: str = "") -> dict[str, Any]:
@@ -91,7 +105,7 @@ def vllm_latency(obj: dict[str, Any], setting: Setting) -> ImportedRun:
     tokens_per_s = batch * output_len / avg
     common = _vllm_common(setting)
     card = setting.card
-    kv = 4.0 if setting.dtype == "fp32" else 2.0  # kv_cache_dtype "auto" follows the activations (bf16 for fp8)
+    kv = _kv_width(setting.dtype)
     card_note = "" if card is not None else "the vLLM JSON names no card: pass --card"
     walls = walls_of("end-to-end", tokens_per_s, card, card_note,
                    weight_bytes=common["weight_bytes"], weight_note=common["weight_note"], params=common["params"],
@@ -221,15 +235,14 @@ def one_batch_runs(obj: dict[str, Any], source: str, setting: Setting) -> list[I
     common = _vllm_common(setting)
     card = setting.card
     card_note = "" if card is not None else "the file names no card: pass --card"
-    kv = 4.0 if setting.dtype == "fp32" else 2.0  # SGLang's default KV cache dtype follows the model's (bf16 for fp8)
+    kv = _kv_width(setting.dtype)
     base = dict(engine="sglang", engine_version=None, source=source, model=common["name"],
                 card_name=card.name if card is not None else None, card_key=card.key if card is not None else None,
                 batch=batch, prompt_tokens=input_len, gen_tokens=output_len, latency_p50_s=None, latency_p90_s=None,
                 latency_p99_s=None, requests=batch, weight_bytes=common["weight_bytes"], params=common["params"],
                 kv_bytes_per_value=kv, raw=dict(obj), gpus=setting.gpus, quant=setting.dtype,
                 machine="gpu" if card is not None else None)
-    peaks = {"fp32": ("tf32_tensor", "fp32"), "fp8": ("fp8_tensor",), "fp8e4m3": ("fp8_tensor",),
-             "int8": ("int8_tensor",)}.get(setting.dtype, (f"{setting.dtype}_tensor",))
+    peaks = DTYPE_PEAKS[setting.dtype]
     prefill_rate = float(field_number(obj, "prefill_throughput", source))
     walls = walls_of("prefill", prefill_rate, card, card_note, weight_bytes=common["weight_bytes"],
                      weight_note=common["weight_note"], params=common["params"], batch=batch, depth=0,

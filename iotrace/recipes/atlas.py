@@ -68,7 +68,7 @@ def _where(r: Recipe) -> str:
 
 
 def _tests(r: Recipe) -> str:
-    return " · ".join(f.test for f in (r.prefill, r.decode, r.end_to_end) if f is not None)
+    return " · ".join(f.test for f in r.figures)
 
 
 def _aggregate(r: Recipe) -> tuple[float | None, str]:

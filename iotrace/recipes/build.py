@@ -24,17 +24,9 @@ _QUOTED_FIELDS = ("model_type", "model_size", "model_n_params", "n_prompt", "n_g
                   "avg_ts", "stddev_ts")
 
 
-def _one_object(path: Path) -> bool:
-    """Whether the file is one JSON object (a vLLM result), whose rows are named ``PATH:1``."""
-    try:
-        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
-
-
-def _location(run: ImportedRun, path: Path, one_object: bool) -> str:
+def _location(run: ImportedRun, path: Path) -> str:
     rest = run.source[len(str(path)):] if run.source.startswith(str(path)) else run.source
-    if one_object:
+    if run.engine == "vllm":  # vLLM's bench files are one JSON object each, named FILE:1 (import_serving)
         return "the file's one object"
     if rest.startswith(":") and rest[1:].isdigit():
         return f"line {rest[1:]}"
@@ -73,11 +65,11 @@ def _derived(runs: list[ImportedRun]) -> Derived:
         note="; ".join(notes) or None)
 
 
-def _figure(run: ImportedRun, path: Path, one_object: bool) -> Figure:
-    return Figure(run.tokens_per_s, run.tokens_per_s_stddev, run.test, _location(run, path, one_object), _row(run))
+def _figure(run: ImportedRun, path: Path) -> Figure:
+    return Figure(run.tokens_per_s, run.tokens_per_s_stddev, run.test, _location(run, path), _row(run))
 
 
-def _recipe(runs: list[ImportedRun], path: Path, source: Source, one_object: bool) -> Recipe:
+def _recipe(runs: list[ImportedRun], path: Path, source: Source) -> Recipe:
     first = runs[0]
     model, arch = _model_name(first)
     by_phase = {r.phase: r for r in runs}
@@ -97,9 +89,9 @@ def _recipe(runs: list[ImportedRun], path: Path, source: Source, one_object: boo
         driver=first.raw.get("driver") if first.machine != "cpu" else None, command=first.raw.get("command"),
         concurrency=concurrency, depth=first.depth, prompt_tokens=first.prompt_tokens if serving else None,
         gen_tokens=first.gen_tokens if serving else None,
-        prefill=_figure(by_phase["prefill"], path, one_object) if "prefill" in by_phase else None,
-        decode=_figure(decode_run, path, one_object) if decode_run else None,
-        end_to_end=_figure(by_phase["end-to-end"], path, one_object) if "end-to-end" in by_phase else None,
+        prefill=_figure(by_phase["prefill"], path) if "prefill" in by_phase else None,
+        decode=_figure(decode_run, path) if decode_run else None,
+        end_to_end=_figure(by_phase["end-to-end"], path) if "end-to-end" in by_phase else None,
         output_tok_s=serving.output_tokens_per_s if serving else None,
         ttft_s=serving.ttft_median_s if serving else None,
         itl_s=(serving.tpot_median_s or serving.itl_median_s) if serving else None,
@@ -123,8 +115,7 @@ def from_imported(runs: list[ImportedRun], path: Path, source: Source) -> list[R
             groups.append((key, [run]))
         else:
             home.append(run)
-    one_object = len(runs) == 1 and _one_object(path)
-    return [_recipe(rows, path, source, one_object) for _, rows in groups]
+    return [_recipe(rows, path, source) for _, rows in groups]
 
 
 def _mean_spread(obj: Any, where: str) -> tuple[float, float | None]:
@@ -160,11 +151,11 @@ def from_bench_json(data: dict[str, Any], path: Path) -> list[Recipe]:
     weight_bytes, params = model.get("weight_bytes"), model.get("params")
     bits = weight_bytes * 8 / params if weight_bytes and params else None
     device = str(data.get("device", ""))
+    steps = manifest.get("request", {}).get("gen_tokens") or len(generated[0])  # the timed decode steps
     out = []
     for i, depth in enumerate(data.get("decode", [])):
         mean, spread = _mean_spread(depth.get("decode_tok_s"), f"{path}: decode[{i}]")
         wall = depth.get("decode_wall") or {}
-        steps = manifest.get("request", {}).get("gen_tokens") or len(generated[0])  # the timed decode steps
         test = f"tg{steps}" + (f" @ d{depth['depth']}" if depth.get("depth") else "")
         out.append(Recipe(
             card=card.get("key"), machine=card.get("name") or device, placement="cpu" if device.startswith("cpu")

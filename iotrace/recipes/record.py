@@ -101,12 +101,18 @@ class Recipe:
     command: str | None = None
     derived: Derived = field(default_factory=Derived)
 
+    @property
+    def figures(self) -> list[Figure]:
+        """The measured rates it holds: prefill, decode, end-to-end, in that order."""
+        return [f for f in (self.prefill, self.decode, self.end_to_end) if f is not None]
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Recipe:
-        """A recipe from its dict, every field checked for presence and kind; ``where`` names it in an error."""
+        """A recipe from its dict: no unknown field, every required one present, the nested records whole, then
+        :meth:`check`; ``where`` names it in an error."""
         if not isinstance(data, dict):
             raise InvalidValueError(f"{where} is a {type(data).__name__}, not a recipe object",
                                     f"a recipe file holds {{'schema': {SCHEMA!r}, 'recipes': [objects]}}")
@@ -137,11 +143,10 @@ class Recipe:
         """Refuse a recipe whose figures are not positive numbers or that measures nothing."""
         if not isinstance(self.engine, str) or not self.engine or not isinstance(self.model, str) or not self.model:
             raise InvalidValueError(f"{where}: engine and model must be named", "name them")
-        figures = [f for f in (self.prefill, self.decode, self.end_to_end) if f is not None]
-        if not figures:
+        if not self.figures:
             raise InvalidValueError(f"{where} holds no measured figure", "a recipe needs a prefill, decode or "
                                     "end-to-end rate")
-        for figure in figures:
+        for figure in self.figures:
             if isinstance(figure.tok_s, bool) or not isinstance(figure.tok_s, (int, float)) or not figure.tok_s > 0:
                 raise InvalidValueError(f"{where}: {figure.test} tok/s is {figure.tok_s!r}, not a positive number",
                                         "restore the recipe as it was written")

@@ -64,7 +64,10 @@ class Added:
 def recipes_of(path: Path, options: ImportOptions) -> list[Recipe]:
     """The recipes of one source file: an ``iotrace bench --json`` result, or any bench file iotrace imports."""
     path = Path(path)
-    head = path.read_bytes()[:4096] if path.is_file() else b""
+    head = b""
+    if path.is_file():
+        with path.open("rb") as handle:  # the schema is the first key iotrace bench writes; the rest is read once
+            head = handle.read(4096)
     if b'"schema": "iotrace.bench/1"' in head or b'"schema":"iotrace.bench/1"' in head:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
