@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from iotrace.errors import InvalidValueError
 from tests.conftest import run_cli
 from tests.conftest import run_cli_in_process as _in_process
 
@@ -80,15 +81,22 @@ def test_an_empty_or_binary_prompt_file_is_one_line(tmp_path: Path, content: byt
 def test_a_spec_bench_file_feeds_identity_5(tmp_path: Path) -> None:
     """A real `bench --spec --json` run, then `math spec --bench` on its file: identity 5 at the file's measured α
     and γ (formula checked independently here), its measured tokens per step beside it, and greedy output equal
-    to plain decoding's."""
+    to plain decoding's. One repetition: the speedup cannot be told, so the file carries none."""
     import json
 
-    done = _in_process("bench", "--spec", "ngram", "--gamma", "2", "--gen-tokens", "6", "--json",
-                   "--prompt", "It was the best of times, it was the worst of times, it was the best of")
+    from iotrace.render.speculation import speculation_text
+
+    done = _in_process("bench", "--spec", "ngram", "--gamma", "2", "--gen-tokens", "6", "--json", "--reps", "1",
+                       "--prompt", "It was the best of times, it was the worst of times, it was the best of")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     run = data["speculation"]["prompts"][0]["drafts"][0]["runs"][0]
     assert run["identical_to_plain"] is True and data["labels"] and "CPU" in data["labels"][0]
+    interval = run["speedup_interval"]
+    assert run["proposed"] > 0 and interval["verdict"] == "cannot tell (one repetition)" and run["speedup"] is None
+    assert interval["low"] is None and interval["high"] is None and len(interval["values"]) == 1
+    assert interval["values"][0] == pytest.approx(interval["plain_wall_s"][0] / interval["spec_wall_s"][0])
+    assert "one repetition: cannot tell" in speculation_text(data)
     path = tmp_path / "spec.json"
     path.write_text(done.stdout)
     worked = json.loads(_in_process("math", "spec", "--bench", str(path), "--json").stdout)
@@ -98,3 +106,63 @@ def test_a_spec_bench_file_feeds_identity_5(tmp_path: Path) -> None:
     assert abs(worked[0]["result"]["value"] - expected) < 1e-9
     assert worked[0]["inputs"][0]["value"] == alpha and "measured" in worked[0]["inputs"][0]["source"]
     _error(_in_process("math", "spec", "--bench", str(path), "--gamma", "7"), "γ = 7")
+
+
+#: A prompt on which prompt lookup finds no earlier occurrence of any 2-to-4-token suffix in 8 greedy tokens of the
+#: pinned model (" Paris.\n\nThe answer is:"): the draft proposes nothing, every step is the target's own.
+NOTHING_TO_LOOK_UP = "The capital of France is"
+
+
+@pytest.mark.slow
+def test_a_draft_that_proposes_nothing_reports_plain_decoding_not_a_speedup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32: with nothing proposed, speculative decoding is plain decoding: no speedup (null) with the reason, in
+    the JSON and the table, and no best γ; the repetitions alternate plain and speculative runs (the progress names
+    each repetition), and greedy tokens are checked in every one."""
+    import json
+
+    from iotrace.model import spec_bench
+    from iotrace.render.speculation import speculation_text
+
+    said: list[str] = []
+    original = spec_bench.run_spec_bench
+
+    def recording(request, card=None, progress=lambda _: None):
+        def both(text: str) -> None:
+            said.append(text)
+            progress(text)
+        return original(request, card, progress=both)
+
+    monkeypatch.setattr(spec_bench, "run_spec_bench", recording)
+    done = _in_process("bench", "--spec", "ngram", "--gamma", "1,2", "--gen-tokens", "8", "--reps", "2", "--json",
+                       "--prompt", NOTHING_TO_LOOK_UP)
+    assert done.returncode == 0, done.stderr
+    assert said == ["loading the model", *(f"prompt, rep {rep} of 2: {what}" for rep in (1, 2)
+                                           for what in ("plain decoding", "ngram, γ = 1", "ngram, γ = 2"))]
+    data = json.loads(done.stdout)
+    prompt = data["speculation"]["prompts"][0]
+    assert data["speculation"]["reps"] == 2 and data["manifest"]["request"]["reps"] == 2
+    assert prompt["plain"]["identical_across_reps"] is True and len(prompt["plain"]["wall_s_reps"]) == 2
+    draft = prompt["drafts"][0]
+    for run in draft["runs"]:
+        interval = run["speedup_interval"]
+        assert run["proposed"] == 0 and run["steps"] == 7 and run["speedup"] is None and run["draft_cost"] is None
+        assert (interval["verdict"], interval["reason"]) == ("no draft tokens proposed",
+                                                             "no draft tokens proposed: this was plain decoding")
+        assert interval["mean"] is None and interval["values"] == [] and len(interval["spec_wall_s"]) == 2
+        assert interval["plain_wall_s"] == prompt["plain"]["wall_s_reps"]
+        assert run["identical_to_plain"] is True and run["identical_to_plain_reps"] == [True, True]
+    best = draft["best_gamma"]
+    assert best["measured"] is None and best["gains"] == []
+    assert best["measured_reason"] == "no draft tokens proposed at any γ: this was plain decoding"
+    text = speculation_text(data)
+    assert text.count("no draft tokens proposed: this was plain decoding") == 2  # the speedup cell of both rows
+    assert "best γ measured 1" not in text and "best γ measured 2" not in text
+    assert "prompt / ngram: no best γ measured (no draft tokens proposed at any γ: this was plain decoding)" in text
+
+
+def test_reps_below_one_is_refused_before_the_model_loads() -> None:
+    from iotrace.model.spec_bench import SpecRequest, run_spec_bench, spec_prompts
+
+    with pytest.raises(InvalidValueError, match="--reps 0"):
+        run_spec_bench(SpecRequest(drafts=("ngram",), gammas=(2,), prompts=spec_prompts()[:1], reps=0))
+    _error(_in_process("bench", "--spec", "ngram", "--reps", "0"), "--reps")

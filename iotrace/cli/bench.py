@@ -77,7 +77,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--depth", type=_depths, default=(0,), metavar="N[,N...]",
                        help="tokens already in the KV cache, like llama-bench -d (default 0), e.g. 0,8k")
     bench.add_argument("--reps", type=count_at_least(1), default=3, metavar="N",
-                       help="timed repetitions after one warm-up (default 3)")
+                       help="timed repetitions after one warm-up (default 3); with --spec, alternated plain and "
+                            "speculative repetitions (2 or more give a speedup's interval)")
     bench.add_argument("--dtype", choices=("fp16", "bf16", "fp32"),
                        help="weights and activations (default bf16 on a GPU, fp32 on a CPU)")
     bench.add_argument("--kv", choices=("fp16", "bf16", "fp32", "int8"), help="KV cache type (default: --dtype)")
@@ -214,7 +215,7 @@ def _spec_request(args: argparse.Namespace, request):
         raise InvalidValueError("--spec names no draft", "use ngram, layerskip:K or draft:PATH")
     return SpecRequest(drafts=drafts, gammas=args.gamma, prompts=prompts, gen_tokens=args.gen_tokens,
                        gguf=args.gguf, dtype=args.dtype, kernels=args.kernels, temperature=args.temperature,
-                       seed=args.seed)
+                       seed=args.seed, reps=args.reps)
 
 
 def _cmd_spec(args: argparse.Namespace, request) -> None:

@@ -97,7 +97,8 @@ def build(corpus: Path | None = None, images: bool = True) -> Note:
         "drafts": "prompt lookup (n-gram, suffixes of 4 down to 2 tokens); the target's first 24 of 30 layers with "
                   "its final norm and LM head (layer skipping, no early-exit training)",
         "kind": f"measured: greedy, {TOKENS} tokens per run, deterministic on this CPU; no wall times (not "
-                "reproducible), see `iotrace bench --spec`"})
+                "reproducible): `iotrace bench --spec` times plain and speculative decoding in alternated "
+                "repetitions (`--reps`) and gives each speedup a 95% interval"})
     identical = all(r["identical"] for r in rows)
     note.add("acceptance", "α and tokens per target step against identity 5",
              "α is accepted over attempted draft positions (a step that rejects at position r attempted r of them). "

@@ -272,7 +272,8 @@ def build(images: bool = True) -> Note:
              "model: the draft's c should come out near its byte ratio while the decode step is memory-bound, and "
              "above it where launch overhead dominates a 135M model's short steps (a reason to run the draft "
              f"under a CUDA graph, as `iotrace bench` does by default). On an {GPU_CARD.upper()} when a device is "
-             f"lent: `{GPU_COMMAND}` (measured c, the wall-clock speedup and identity 5's prediction beside it), "
+             f"lent: `{GPU_COMMAND}` (measured c, the wall-clock speedup over alternated repetitions with its 95% "
+             "interval, and identity 5's prediction beside it), "
              "and the same with `--no-graph` to see what launch overhead does to c. A draft model of the target's "
              "family (`--spec draft:PATH`, a smaller GGUF with the same vocabulary) belongs there too: SmolLM2-135M "
              "is its family's smallest, so it would be the draft of SmolLM2-1.7B, not the target.")

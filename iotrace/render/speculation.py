@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["speculation_markdown", "speculation_rows", "speculation_text"]
+__all__ = ["speculation_markdown", "speculation_rows", "speculation_text", "speedup_cell"]
 
 _COLUMNS = ("prompt", "draft", "γ", "steps", "α", "acceptance by position", "tokens/step ± SE",
             "full-γ steps: α", "tokens/step ± SE", "identity 5 E", "z", "c", "verify/step", "identity 5 speedup",
-            "speedup", "identical")
+            "speedup (95% CI)", "identical")
+#: The speedup cell by verdict (the strings of iotrace.model.ab_stats and spec_bench.NO_PROPOSALS, spelled out: the
+#: renderers sit below the model layer): a ratio whose interval holds 1 is never printed as a figure, one repetition
+#: never as one, and a run that proposed nothing was plain decoding.
+_CELLS = {"gain": "{mean} ({low} to {high})", "loss": "{mean} ({low} to {high}) loss",
+          "within noise": "within noise ({low} to {high})",
+          "cannot tell (one repetition)": "one repetition: cannot tell",
+          "no draft tokens proposed": "no draft tokens proposed: this was plain decoding"}
 
 
 def _f(value: float | None, digits: int = 2) -> str:
@@ -18,6 +25,11 @@ def _f(value: float | None, digits: int = 2) -> str:
 
 def _curve(curve: list[dict[str, Any]]) -> str:
     return " ".join("·" if c["p"] is None else f"{c['p']:.2f}" for c in curve)
+
+
+def speedup_cell(speedup: dict[str, Any]) -> str:
+    """A run's ``speedup_interval`` as its table cell: the figure and interval only where it is beyond noise."""
+    return _CELLS[speedup["verdict"]].format(**{k: _f(speedup[k]) for k in ("mean", "low", "high")})
 
 
 def speculation_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -36,7 +48,7 @@ def speculation_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
                              _curve(r["curve"]), tps, _f(r["full_alpha"]), full_tps,
                              _f(r["identity5_tokens_per_step"]), _f(r["identity5_z"], 1),
                              _f(r["draft_cost"], 3), _f(r["verify_cost"]), _f(r["identity5_speedup"]),
-                             _f(r["speedup"]), identical))
+                             speedup_cell(r["speedup_interval"]), identical))
     return rows
 
 
@@ -46,7 +58,13 @@ def _best_lines(data: dict[str, Any]) -> list[str]:
         for draft in prompt["drafts"]:
             b = draft["best_gamma"]
             if len(draft["runs"]) > 1:
-                lines.append(f"{prompt['key']} / {draft['draft']}: best γ measured {b['measured']}, identity 5 "
+                if b["measured"] is None:
+                    measured = f"no best γ measured ({b['measured_reason']})"
+                else:
+                    ties = ", ".join(map(str, b["overlapping"]))
+                    measured = f"best γ measured {b['measured']}" + (
+                        f" (its interval overlaps γ = {ties}: not told apart)" if ties else "")
+                lines.append(f"{prompt['key']} / {draft['draft']}: {measured}; identity 5 "
                              f"predicts {b['predicted'] if b['predicted'] is not None else 'n/a'} among those run "
                              f"({b['predicted_any'] if b['predicted_any'] is not None else 'n/a'} over 1-64) at "
                              f"α {_f(b['alpha'])}, c {_f(b['draft_cost'], 3)}")
@@ -58,11 +76,13 @@ def speculation_text(data: dict[str, Any]) -> str:
     spec = data["speculation"]
     head = [*data.get("labels", []),
             f"{data['model']['name']} · {data['device']} · kernels {data['kernels']}, {data['dtype']} · "
-            f"{spec['mode']}, {spec['gen_tokens']} tokens per run, batch 1"]
+            f"{spec['mode']}, {spec['gen_tokens']} tokens per run, batch 1",
+            f"{spec['reps']} alternated repetition{'s' if spec['reps'] != 1 else ''} (plain, then each draft and γ); "
+            "speedup: geometric mean of the per-repetition plain / speculative walls, 95% t-interval"]
     for prompt in spec["prompts"]:
         head.append(f"{prompt['key']} ({prompt['kind']}, {prompt['prompt_tokens']} prompt tokens; "
                     f"{prompt['source']}): plain step {prompt['plain']['step_ms']:.1f} ms, "
-                    f"wall {prompt['plain']['wall_s']:.2f} s")
+                    f"wall {prompt['plain']['wall_s']:.2f} s (mean of {len(prompt['plain']['wall_s_reps'])})")
     rows = [_COLUMNS, *speculation_rows(data)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
     table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
