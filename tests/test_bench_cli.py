@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from iotrace.cards import lookup
 from tests.conftest import pinned_model, run_cli
 from tests.conftest import run_cli_in_process as _in_process
 
@@ -20,18 +21,31 @@ gguf = pytest.importorskip("gguf", reason="the bench needs iotrace[model] (make 
 
 
 def _error(result, *needles: str) -> None:
+    """Exit 2 and one error line, after the progress lines of the phases that ran before it."""
     assert result.returncode == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    *progress, error = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr and error.startswith("iotrace: error: "), result.stderr
+    assert all(line.startswith("iotrace bench [") for line in progress), result.stderr
     for needle in needles:
-        assert needle in lines[0], lines[0]
+        assert needle in error, error
 
 
 @pytest.mark.slow
 def test_pinned_model_bench_json_holds_every_figure() -> None:
+    """A real subprocess into a pipe: stdout is the whole JSON, stderr a progress line per phase."""
     result = run_cli("bench", "--gen-tokens", "4", "--reps", "2", "--depth", "0,8", "--card", "rtx3090", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
+    # Not a spinner (which prints nothing into a pipe): one line per phase, in order, each with its start time.
+    phases = [line.split("] ", 1)[1] for line in result.stderr.splitlines()]
+    assert all(line.startswith("iotrace bench [") and " s] " in line for line in result.stderr.splitlines())
+    assert phases == ["loading: reading SmolLM2-135M-Instruct.Q4_1.gguf (metadata and tensor index)",
+                      "loading: the tokenizer", "loading: dequantising Q4_1+Q8_0 to fp32",
+                      "measuring the CPU memory bandwidth with a copy loop",
+                      "depth 0: warm-up", "depth 0: repetition 1 of 2", "depth 0: repetition 2 of 2",
+                      "depth 0: one decode step taken apart (the breakdown)",
+                      "depth 8: warm-up", "depth 8: repetition 1 of 2", "depth 8: repetition 2 of 2",
+                      "the manifest (versions, git, clocks)", "done"]
     # What the model said: the shipped prompt tokenised by the GGUF's own vocabulary, and its greedy continuation
     # (" Paris." is what transformers' LlamaForCausalLM says on the same weights: tests/test_model_decoder.py).
     assert data["prompt"]["ids"] == [504, 3575, 282, 4649, 314]
@@ -44,23 +58,36 @@ def test_pinned_model_bench_json_holds_every_figure() -> None:
         rate = d["decode_tok_s"]
         assert rate["mean"] > 0 and len(rate["values"]) == 2
         assert d["itl_ms"]["p50"] <= d["itl_ms"]["p90"] <= d["itl_ms"]["p99"]
-        wall = d["decode_wall"]
-        assert wall["bandwidth_source"] == "CardBook rtx3090"
-        # Identity 1 by hand: 936 GB/s over the weights plus the KV read at the mean context of the timed steps.
+        own, card = d["walls"]
+        assert d["decode_wall"] == own and own["bandwidth_source"] == "measured copy (this run, CPU)"
+        # Identity 1 by hand at fp32, the run's dtype: the weights plus the KV read (2 · L · n_kv · d_h · 4 bytes a
+        # token) at the mean context of the timed steps, over the CPU's copy bandwidth measured in the run.
         kv = 2 * 30 * 3 * 64 * 4 * (d["context_start"] + 2)
-        assert d["bytes_per_step"] == pytest.approx(data["model"]["weight_bytes"] + kv)
-        assert wall["tok_s"] == pytest.approx(936e9 / d["bytes_per_step"], rel=1e-9)
-        assert wall["fraction"] == pytest.approx(rate["mean"] / wall["tok_s"])
+        assert d["bytes_per_step"] == own["bytes_per_step"] == pytest.approx(data["model"]["weight_bytes"] + kv)
+        assert own["bandwidth_gbs"] > 0 and own["dtype"] == "fp32"
+        assert own["tok_s"] == pytest.approx(own["bandwidth_gbs"] * 1e9 / d["bytes_per_step"], rel=1e-9)
+        assert own["fraction"] == pytest.approx(rate["mean"] / own["tok_s"]) and own["no_fraction"] is None
+        # The RTX 3090's wall at bf16 (what it would run, not the CPU's fp32): 936 GB/s over half the bytes.
+        assert card["bandwidth_source"] == "CardBook rtx3090" and card["dtype"] == "bf16"
+        assert card["weight_bytes"] == data["model"]["weight_bytes"] / 2
+        assert card["tok_s"] == pytest.approx(936e9 / (data["model"]["weight_bytes"] / 2 + kv / 2), rel=1e-9)
+        assert card["fraction"] is None and card["no_fraction"] == "a CPU run is not a fraction of a GPU's wall"
     pre = data["prefill"]
     assert pre["tok_s"]["mean"] > 0 and pre["ttft_ms"]["mean"] > 0
-    assert pre["prefill_wall"]["precision"] == "tf32_tensor"
+    # Identity 2 by hand: the RTX 3090's dense bf16 tensor peak (CardBook: 71 TFLOP/s with fp32 accumulate) over
+    # 2 · N; no fraction of it from a CPU.
+    peak = lookup("rtx3090").peak_tflops["bf16_tensor"]
+    assert pre["prefill_wall"]["precision"] == "bf16_tensor" and peak == 71
+    assert pre["prefill_wall"]["tok_s"] == pytest.approx(peak * 1e12 / (2 * data["model"]["params"]), rel=1e-9)
+    assert pre["prefill_wall"]["fraction"] is None and "not a fraction" in pre["prefill_wall"]["no_fraction"]
     assert data["memory"]["peak_allocated_bytes"] is None and "no GPU" in data["memory"]["note"]
     breakdown = data["breakdown"]
     launches = {row["kernel"]: row["launches"] for row in breakdown["kernels"]}
     # The first norm, then per layer QKV, RoPE, attention, O, add+norm, gate/up (SwiGLU fused), down, add+norm (the
     # last one the final norm); and the LM head.
     assert launches == {"rmsnorm": 61, "gemm-decode": 121, "rope": 30, "attention-decode": 30}
-    assert breakdown["floor_sum_us"] > 0 and breakdown["card"] == "rtx3090"
+    assert breakdown["floor_sum_us"] > 0 and breakdown["card"] == "rtx3090" and breakdown["floor_dtype"] == "bf16"
+    assert breakdown["gap_us"] is None  # a CPU step less a GPU's floors is no gap
     assert data["manifest"]["argv"][-1] == "--json" and data["manifest"]["versions"]["torch"]
 
 

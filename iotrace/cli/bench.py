@@ -232,6 +232,7 @@ def _cmd_spec(args: argparse.Namespace, request) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
+    from iotrace.cli.output import progress_lines
     from iotrace.model.measure import run_bench
     from iotrace.render.bench import bench_markdown, print_bench
 
@@ -240,9 +241,10 @@ def _cmd_bench(args: argparse.Namespace) -> None:
         _cmd_spec(args, request)
         return
     card = _card(args.card)
-    show = console()
-    with show.status("bench") as status:
-        result = run_bench(request, card, progress=lambda text: status.update(f"bench: {text}"))
+    # A line on stderr per phase (loading, copy bandwidth, warm-up, each repetition), in a pipe too: stdout stays the
+    # whole table or JSON.
+    with progress_lines("bench") as say:
+        result = run_bench(request, card, progress=say)
     data = result.to_dict()
     if args.jsonl:
         for line in _jsonl(data):

@@ -4,19 +4,21 @@ format ``-o FILE`` writes (:func:`output_format`, from its extension), and writi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from iotrace.errors import InvalidValueError
 
 __all__ = ["EXIT_USAGE", "EXTENSIONS", "SUFFIXES", "OneLineParser", "add_card", "add_json", "add_names", "add_output",
-           "add_wide", "answer_format", "console", "emit", "finite_json", "output_format", "text_of", "write_answer",
-           "write_output"]
+           "add_wide", "answer_format", "console", "emit", "finite_json", "output_format", "progress_lines", "text_of",
+           "write_answer", "write_output"]
 
 #: Exit code for every error the user can cause (argparse uses the same).
 EXIT_USAGE = 2
@@ -208,6 +210,22 @@ def console(wide: bool = False):
     from iotrace.render.console import make_console
 
     return make_console(wide=wide)
+
+
+@contextlib.contextmanager
+def progress_lines(command: str) -> Iterator[Callable[[str], None]]:
+    """A long command's progress on stderr: ``say(phase)`` writes one line per phase, ``iotrace bench [  3.2 s]
+    warm-up`` (seconds since the command began), and leaving the block writes ``done``. Lines, not a spinner: a
+    spinner redraws one line and prints nothing into a pipe, a line per phase reads the same in a terminal, a pipe
+    and a log, and shows where the time went. Never on stdout, which holds the result (a table, JSON)."""
+    started = time.perf_counter()
+
+    def say(phase: str) -> None:
+        sys.stderr.write(f"iotrace {command} [{time.perf_counter() - started:6.1f} s] {phase}\n")
+        sys.stderr.flush()
+
+    yield say
+    say("done")
 
 
 def emit(args: argparse.Namespace, data: Any, draw: Callable[[], None]) -> None:

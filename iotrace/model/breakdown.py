@@ -7,6 +7,9 @@ Kineto trace is read back through iotrace's own trace loader and each kernel's m
 plugin by the Triton function names the plugin's ``compile_units`` state. The gap between the measured step and
 the sum of floors is where the tok/s went; the part of the eager step not covered by kernel time is the launch
 overhead a CUDA graph removes.
+
+From a CPU run the floors are a GPU card's, costed at the dtype that card would run (the bench's wall dtype, not the
+CPU's fp32), and no gap is drawn between them and the CPU's step: a CPU's time less a GPU's floors measures nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ if TYPE_CHECKING:
 __all__ = ["decode_step_breakdown"]
 
 
-def _floors(calls: list[KernelCallRecord], card: Card | None, context: int) -> tuple[list[dict[str, Any]], str]:
+def _floors(calls: list[KernelCallRecord], card: Card | None, context: int, dtype: str | None
+            ) -> tuple[list[dict[str, Any]], str]:
+    """Per plugin: launches, FLOPs and bytes of ``calls`` at ``dtype`` (None: each call's own), and the sum of their
+    roofline floors on ``card``."""
     from iotrace.plugins.manager import kernel
     from iotrace.runner import roofline_of
 
@@ -40,7 +46,7 @@ def _floors(calls: list[KernelCallRecord], card: Card | None, context: int) -> t
         row = rows.setdefault(call.kernel, {"kernel": call.kernel, "launches": 0, "flops": 0.0, "bytes": 0.0,
                                             "floor_us": 0.0 if card is not None else None})
         spec = kernel(call.kernel)
-        cost = spec.cost(spec.check_shape(shape), call.dtype)
+        cost = spec.cost(spec.check_shape(shape), dtype or call.dtype)
         row["launches"] += 1
         row["flops"] += cost.flops
         row["bytes"] += cost.bytes
@@ -96,8 +102,9 @@ def _measured(decoder: Decoder, token: torch.Tensor, calls_out: list[KernelCallR
 
 
 def decode_step_breakdown(decoder: Decoder, ops: Ops, card: Card | None, measured_step_s: float,
-                          first_token: int) -> dict[str, Any]:
-    """The step table; ``measured_step_s`` is the timed loop's median step (graph replays on a GPU)."""
+                          first_token: int, floor_dtype: str | None = None) -> dict[str, Any]:
+    """The step table; ``measured_step_s`` is the timed loop's median step (graph replays on a GPU); the floors are
+    costed at ``floor_dtype`` (None: the dtype each kernel ran in)."""
     token = torch.full((decoder.batch,), first_token, dtype=torch.int64, device=decoder.lens.device)
     context = int(decoder.lens.max()) + 1
     on_gpu = decoder.lens.device.type == "cuda"
@@ -110,7 +117,7 @@ def decode_step_breakdown(decoder: Decoder, ops: Ops, card: Card | None, measure
             wall_us = (time.perf_counter() - t0) * 1e6
             decoder.lens -= 1
             per, kernel_us = {}, None
-    rows, note = _floors(calls, card, context)
+    rows, note = _floors(calls, card, context, floor_dtype)
     for row in rows:
         row["measured_us"] = per.get(row["kernel"]) if on_gpu else None
     if on_gpu and "other (torch glue)" in per:
@@ -119,11 +126,21 @@ def decode_step_breakdown(decoder: Decoder, ops: Ops, card: Card | None, measure
     floors = [r["floor_us"] for r in rows if r["floor_us"] is not None]
     floor_sum = sum(floors) if floors and len(floors) == len([r for r in rows if r["flops"] is not None]) else None
     step_us = measured_step_s * 1e6
+    dtype = floor_dtype or (calls[0].dtype if calls else None)
     return {
-        "context": context, "card": None if card is None else card.key, "kernels": rows,
+        "context": context, "card": None if card is None else card.key, "floor_dtype": dtype, "kernels": rows,
         "floor_sum_us": floor_sum, "step_us": step_us, "eager_step_us": wall_us, "kernel_sum_us": kernel_us,
-        "gap_us": None if floor_sum is None else step_us - floor_sum,
+        # A CPU step less a GPU's floors is no gap of anything: only a GPU run's is drawn.
+        "gap_us": None if floor_sum is None or not on_gpu else step_us - floor_sum,
         "launch_overhead_us": None if kernel_us is None else max(0.0, wall_us - kernel_us),
-        "note": note or ("" if on_gpu else "no GPU: per-kernel times need one; the floors are the card's, the step "
-                                           "time is this CPU's"),
+        "note": note or _cpu_note(on_gpu, card, dtype),
     }
+
+
+def _cpu_note(on_gpu: bool, card: Card | None, dtype: str | None) -> str:
+    if on_gpu:
+        return ""
+    if card is None:
+        return "no GPU: per-kernel times need one, and floors a card (--card)"
+    return (f"no GPU: per-kernel times need one; the floors are {card.key}'s at {dtype}, the step time is this CPU's, "
+            "so no gap is drawn between them")

@@ -9,6 +9,10 @@ tokens repeated) when the timed prompt and decode start; prefill is timed at dep
 Timing: on a GPU each decode step ends with a CUDA event, so the per-token latencies need no host synchronisation
 inside the loop; on a CPU, ``time.perf_counter`` per step. Every figure of a CPU run is labelled as a CPU figure of
 the path that ran; none is presented as a GPU result.
+
+Walls: the run's own decode wall comes from its device's memory bandwidth, measured in the same run with a copy loop
+(:func:`copy_bandwidth_bytes_per_s`, on a GPU and on a CPU); a named card's walls are for the dtype that card would
+run (:func:`iotrace.model.walls.card_dtype`), and a CPU run is never shown as a fraction of a GPU's wall.
 """
 
 from __future__ import annotations
@@ -24,7 +28,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from iotrace.errors import InvalidValueError
-from iotrace.model.walls import DecodeWall, decode_step_bytes, decode_wall, prefill_wall
+from iotrace.model.copy_bandwidth import copy_bandwidth_bytes_per_s
+from iotrace.model.walls import (
+    CPU_NOT_A_FRACTION,
+    ELEMENT_BYTES,
+    DecodeWall,
+    card_dtype,
+    decode_step_bytes,
+    decode_wall,
+    prefill_wall,
+    weight_bytes_at,
+)
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -35,6 +49,9 @@ __all__ = ["BenchRequest", "BenchResult", "DepthFigures", "Spread", "bench_manif
            "device_label", "run_bench"]
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
+#: The prefill peak of each dtype on a card (CardBook peak_tflops keys): fp32 matmuls run as TF32 on tensor cores.
+_PRECISION = {"bf16": "bf16_tensor", "fp16": "fp16_tensor", "fp32": "tf32_tensor"}
 
 
 @dataclass(frozen=True)
@@ -90,15 +107,15 @@ class DepthFigures:
     context_start: int
     decode_tok_s: Spread
     itl_ms: dict[str, float]
+    #: bytes one decode step of this run reads (its dtype), at the timed steps' mean context
     step_bytes: float
-    #: identity 1 at this depth: from the copy bandwidth measured in the run (GPU) first, then the CardBook's
+    #: identity 1 at this depth: from the copy bandwidth measured in the run first, then the CardBook's at the
+    #: card's dtype
     walls: list[DecodeWall]
     energy: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        walls = [{"tok_s": w.tokens_per_s, "bandwidth_gbs": w.bandwidth_bytes_per_s / 1e9,
-                  "bandwidth_source": w.bandwidth_source, "fraction": w.fraction(self.decode_tok_s.mean)}
-                 for w in self.walls]
+        walls = [w.to_dict(self.decode_tok_s.mean) for w in self.walls]
         return {"depth": self.depth, "context_start": self.context_start, "decode_tok_s": asdict(self.decode_tok_s),
                 "itl_ms": self.itl_ms, "bytes_per_step": self.step_bytes, "decode_wall": walls[0] if walls else None,
                 "walls": walls, "energy": self.energy}
@@ -197,8 +214,8 @@ def _prompt_ids(request: BenchRequest, tokenizer: Any, vocab: int) -> list[int]:
     return list(ids)
 
 
-def _load(request: BenchRequest, dtype: torch.dtype, device: str,
-          kv_bytes_of: Callable[[Any], float]) -> tuple[LlamaWeights, Any]:
+def _load(request: BenchRequest, dtype: torch.dtype, device: str, kv_bytes_of: Callable[[Any], float],
+          progress: Callable[[str], None]) -> tuple[LlamaWeights, Any]:
     from iotrace.model.gguf_file import open_gguf, pinned_gguf
     from iotrace.model.weights import (
         check_fits,
@@ -214,8 +231,10 @@ def _load(request: BenchRequest, dtype: torch.dtype, device: str,
     if request.random_weights is not None:
         config = random_config(request.random_weights)
         check_fits(config, element, kv_bytes_of(config), device, prefill_activation_bytes(config, rows, element))
+        progress(f"loading: random weights in the {request.random_weights} shape")
         return random_weights(config, dtype, device, request.seed), None
     path = request.gguf if request.gguf is not None else pinned_gguf()
+    progress(f"loading: reading {Path(path).name} (metadata and tensor index)")
     gguf = open_gguf(path)
     check_fits(gguf.config, element + 4 if device == "cpu" else element, kv_bytes_of(gguf.config), device,
                prefill_activation_bytes(gguf.config, rows, element))
@@ -223,7 +242,9 @@ def _load(request: BenchRequest, dtype: torch.dtype, device: str,
     if request.prompt_tokens is None:
         from iotrace.model.tokenizer import gguf_tokenizer
 
+        progress("loading: the tokenizer")
         tokenizer = gguf_tokenizer(gguf.path)
+    progress(f"loading: dequantising {gguf.file_type} to {_DTYPE_NAMES[dtype]}")
     return from_gguf(gguf, dtype, device), tokenizer
 
 
@@ -246,6 +267,7 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
     if kv != dtype_name:
         raise InvalidValueError(f"--kv {kv} with --dtype {dtype_name}: the decode kernel reads the cache in the "
                                 "model's dtype", f"pass --dtype {kv} to run both in {kv}")
+    wall_dtype = card_dtype(dtype_name, on_gpu, request.dtype)
     kernels = request.kernels or ("triton" if on_gpu else "torch")
     if kernels == "triton" and dtype == torch.float32 and on_gpu:
         raise InvalidValueError("the Triton kernels run fp16 or bf16 on a GPU", "pass --dtype bf16 or fp16")
@@ -258,8 +280,7 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
         return kv_cache_bytes(config.layers, config.kv_heads, config.head_dim, tokens,
                               torch.tensor([], dtype=dtype).element_size(), request.batch)
 
-    progress("loading the model")
-    weights, tokenizer = _load(request, dtype, device, kv_bytes_of)
+    weights, tokenizer = _load(request, dtype, device, kv_bytes_of, progress)
     c = weights.config
     prompt = _prompt_ids(request, tokenizer, c.vocab)
     if longest + len(prompt) + request.gen_tokens + 1 > c.context_length:
@@ -267,9 +288,12 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
                                 f"exceed {c.name}'s context of {c.context_length}",
                                 "shorten the prompt, --gen-tokens or --depth")
     ops = make_ops(kernels, card)
-    copy_bandwidth = copy_bandwidth_bytes_per_s() if on_gpu else None
-    labels = [] if on_gpu else [f"CPU figures of the {kernels} path (no GPU here): not GPU results"
-                                + (f"; the walls are {card.name}'s" if card is not None else "")]
+    progress(f"measuring the {'GPU' if on_gpu else 'CPU'} memory bandwidth with a copy loop")
+    copy_bandwidth = copy_bandwidth_bytes_per_s(device)
+    labels = [] if on_gpu else [
+        f"CPU figures of the {kernels} path (no GPU here): not GPU results; the decode wall is this CPU's memory "
+        "bandwidth, measured in this run" + (f"; {card.name}'s walls are at {wall_dtype}, for reference: "
+                                             f"{CPU_NOT_A_FRACTION}" if card is not None else "")]
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
 
@@ -306,9 +330,11 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
                 prefill_s.append(elapsed)
                 ttft_s.append(elapsed)
             if rep == 0:
+                # One untimed decode step: it compiles every decode kernel (before a graph captures them), and on a
+                # CPU it takes the first step's page faults and allocations out of the first timed step.
+                decoder.decode(first)
+                decoder.lens -= 1
                 if on_gpu and request.graph:
-                    decoder.decode(first)      # one eager step compiles every kernel before capture
-                    decoder.lens -= 1
                     decoder.graphed()
                 continue
             clock = _Clock(weights.device)
@@ -327,18 +353,14 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
         if breakdown is None:
             from iotrace.model.breakdown import decode_step_breakdown
 
+            progress(f"depth {depth}: one decode step taken apart (the breakdown)")
             breakdown = decode_step_breakdown(decoder, ops, card, statistics.median(per_token),
-                                              first_token=generated[0][-1] if generated else 0)
-        element = torch.tensor([], dtype=dtype).element_size()
+                                              first_token=generated[0][-1] if generated else 0,
+                                              floor_dtype=wall_dtype)
         # The KV read grows through the timed steps: a step is costed at their mean context.
         mean_context = depth + len(prompt) + request.gen_tokens // 2
-        step_bytes = decode_step_bytes(weights.weight_bytes, request.batch, mean_context, c.layers, c.kv_heads,
-                                       c.head_dim, element)
-        walls = []
-        if copy_bandwidth is not None:
-            walls.append(decode_wall(step_bytes, request.batch, copy_bandwidth, "measured copy (this run)"))
-        if card is not None and card.memory_bandwidth_gbs:
-            walls.append(decode_wall(step_bytes, request.batch, card.bandwidth_bytes_per_s, f"CardBook {card.key}"))
+        step_bytes, walls = _decode_walls(weights.weight_bytes, dtype_name, request.batch, mean_context, c,
+                                          copy_bandwidth, on_gpu, card, wall_dtype)
         ms = [s * 1e3 for s in per_token]
         depth_figures.append(DepthFigures(
             depth, depth + len(prompt), Spread.of(rates),
@@ -348,12 +370,15 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
 
     prefill_rates = [request.batch * len(prompt) / s for s in prefill_s]
     pw = None
-    if card is not None:
-        precision = {"bf16": "bf16_tensor", "fp16": "fp16_tensor", "fp32": "tf32_tensor"}[dtype_name]
-        if precision in card.peak_tflops:
-            rate = prefill_wall(card.peak_flop_per_s(precision), c.params)
-            pw = {"tok_s": rate, "precision": precision, "fraction": statistics.fmean(prefill_rates) / rate}
+    if card is not None and _PRECISION[wall_dtype] in card.peak_tflops:
+        precision = _PRECISION[wall_dtype]
+        rate = prefill_wall(card.peak_flop_per_s(precision), c.params)
+        pw = {"tok_s": rate, "precision": precision, "dtype": wall_dtype, "card": card.key,
+              "fraction": statistics.fmean(prefill_rates) / rate if on_gpu else None,
+              "no_fraction": None if on_gpu else CPU_NOT_A_FRACTION}
     memory = _memory(on_gpu)
+    progress("the manifest (versions, git, clocks)")
+    manifest = _manifest(request, card)
     text = None
     if tokenizer is not None and generated:
         text = [tokenizer.decode(g) for g in generated]
@@ -365,25 +390,28 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
         card=None if card is None else {"key": card.key, "name": card.name, "origin": card.origin},
         batch=request.batch, prompt_ids=prompt, generated_ids=generated, generated_text=text,
         prefill_tok_s=Spread.of(prefill_rates), ttft_ms=Spread.of([s * 1e3 for s in ttft_s]), prefill_wall=pw,
-        depths=depth_figures, memory=memory, labels=labels, breakdown=breakdown, manifest=_manifest(request, card))
+        depths=depth_figures, memory=memory, labels=labels, breakdown=breakdown, manifest=manifest)
 
 
-def copy_bandwidth_bytes_per_s(nbytes: int = 1 << 30, reps: int = 5) -> float:
-    """Device-to-device copy bandwidth, read + write bytes over the median time of ``reps`` copies of ``nbytes``:
-    the bandwidth a decode step can reach on this card today (clocks, ECC and driver included)."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    del src, dst
-    return 2 * nbytes / statistics.median(times)
+def _decode_walls(weight_bytes: float, dtype: str, batch: int, context: int, c: Any, copy_bandwidth: float,
+                  on_gpu: bool, card: Card | None, wall_dtype: str) -> tuple[float, list[DecodeWall]]:
+    """This run's bytes per decode step at ``context`` and its walls: its own device's (the copy bandwidth measured
+    in the run, at the run's dtype) first, then ``card``'s at ``wall_dtype`` (weights and KV at that element size),
+    with no fraction from a CPU run."""
+    def step_at(at: str) -> tuple[float, float]:
+        weights = weight_bytes_at(weight_bytes, dtype, at)
+        return weights, decode_step_bytes(weights, batch, context, c.layers, c.kv_heads, c.head_dim,
+                                          ELEMENT_BYTES[at])
+
+    own_weights, own_step = step_at(dtype)
+    walls = [decode_wall(own_step, batch, copy_bandwidth, f"measured copy (this run, {'GPU' if on_gpu else 'CPU'})",
+                         dtype=dtype, weight_bytes=own_weights)]
+    if card is not None and card.memory_bandwidth_gbs:
+        card_weights, card_step = step_at(wall_dtype)
+        walls.append(decode_wall(card_step, batch, card.bandwidth_bytes_per_s, f"CardBook {card.key}",
+                                 dtype=wall_dtype, weight_bytes=card_weights,
+                                 no_fraction=None if on_gpu else CPU_NOT_A_FRACTION))
+    return own_step, walls
 
 
 def _sync(on_gpu: bool) -> None:
