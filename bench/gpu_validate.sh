@@ -48,3 +48,14 @@ done
 # the strategy tests replay. On a time-limited machine run only `python bench/gpu_check.py OUT` (at most 8 minutes).
 $py bench/gpu_check.py "$out/selfcheck"
 bash bench/record_sweeps.sh | tee "$out/record-sweeps.txt"
+
+# Engines side by side on the GPU (issue 32): the CUDA builds of vLLM and llama.cpp in their own venvs, then the pinned
+# model through the four engines (iotrace and vLLM at bf16 as on any GPU; llama.cpp's Q4_1 as stored), with the
+# card's wall. Building llama.cpp with CUDA takes minutes: a time-limited machine skips it with ENGINES=0.
+if [ "${ENGINES:-1}" != 0 ]; then
+  make engines ENGINES_DIR=.engines-gpu VLLM_PKG=vllm LLAMA_CMAKE_ARGS=-DGGML_CUDA=on | tee "$out/engines-build.txt"
+  IOTRACE_ENGINES=.engines-gpu $py -m iotrace bench --engine iotrace --engine transformers --engine vllm \
+    --engine llama.cpp --gen-tokens 128 --reps 3 --json > "$out/engines.json"
+  $py -c 'import json, sys; from iotrace.render.engines import engines_text; print(engines_text(json.load(open(sys.argv[1]))))' \
+    "$out/engines.json" | tee "$out/engines.txt"
+fi

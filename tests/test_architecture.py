@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("iotrace.trace",),
     ("iotrace.autotune",),
     ("iotrace.model",),
+    ("iotrace.engines",),
     ("iotrace.recipes",),
     ("iotrace.notes", "iotrace.selfcheck", "iotrace.tour"),
     ("iotrace.pytest_plugin",),

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from iotrace.argtypes import count_at_least, layer_counts
+from iotrace.cli.bench_engines import add_engine_options, check_engine_options, run_engines
 from iotrace.cli.output import add_card, add_json, add_wide, console, emit, usage_with_subcommands
 from iotrace.errors import InvalidValueError
 
@@ -105,7 +106,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     out.add_argument("--jsonl", action="store_true", help="one JSON line per depth (prefill figures on each)")
     out.add_argument("--markdown", action="store_true", help="a Markdown table row per depth, for a CardBook recipe")
     add_wide(bench)
-    bench.set_defaults(func=_cmd_bench)
+    add_engine_options(bench)
+    bench.set_defaults(func=_cmd_bench_or_engines)
 
     sub = bench.add_subparsers(dest="bench_command", metavar="import", parser_class=type(bench))
     imported = sub.add_parser("import", help="read llama-bench (-o json|jsonl|csv|md), vLLM (latency, throughput, "
@@ -254,6 +256,14 @@ def _cmd_bench(args: argparse.Namespace) -> None:
         print(bench_markdown(data))
         return
     emit(args, data, lambda: print_bench(console(args.wide), data))
+
+
+def _cmd_bench_or_engines(args: argparse.Namespace) -> None:
+    if args.engine:
+        check_engine_options(args)  # before the bench's own checks, so a refusal names --engine
+        run_engines(args, _request(args), _card(args.card))
+    else:
+        _cmd_bench(args)
 
 
 def _jsonl(data: dict) -> list[dict]:

@@ -1,0 +1,121 @@
+"""``iotrace bench --engine NAME[=PYTHON]``: engines side by side on the same tokens (iotrace.engines)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from iotrace.errors import InvalidValueError, IotraceError
+
+if TYPE_CHECKING:
+    from iotrace.cards import Card
+
+__all__ = ["EngineRunsFailedError", "add_engine_options", "check_engine_options", "run_engines"]
+
+
+class EngineRunsFailedError(IotraceError):
+    """Some engines gave no result; the others' are printed (exit 2, one line per failed engine)."""
+
+
+def _engine(text: str):
+    from iotrace.engines.launch import parse_engine
+
+    try:
+        return parse_engine(text)
+    except InvalidValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_engine_options(bench: argparse.ArgumentParser) -> None:
+    from iotrace.argtypes import count_at_least
+
+    group = bench.add_argument_group(
+        "engines side by side (each in its own interpreter; `make engines` builds the vLLM and llama.cpp venvs)")
+    group.add_argument("--engine", type=_engine, action="append", metavar="NAME[=PYTHON]",
+                       help="iotrace, transformers, vllm or llama.cpp, repeatable; =PYTHON names the interpreter of "
+                            "the venv holding its build (default: this one for iotrace and transformers, "
+                            ".engines/NAME/bin/python for vllm and llama.cpp)")
+    group.add_argument("--concurrency", type=count_at_least(1), default=1, metavar="N",
+                       help="N requests submitted at once (vllm only; default 1)")
+    group.add_argument("--threads", type=count_at_least(1), metavar="N",
+                       help="CPU threads given to every engine (default: all cores)")
+
+
+#: Options of the model bench an engine comparison does not take, with what to do instead.
+_NOT_WITH_ENGINES = {"spec": "--spec", "random_weights": "--random-weights", "kv": "--kv", "kernels": "--kernels",
+                     "jsonl": "--jsonl", "markdown": "--markdown", "prompt_set": "--prompt-set"}
+
+
+def check_engine_options(args: argparse.Namespace) -> None:
+    """Refuse the model bench's options an engine comparison does not take, one line each."""
+    for dest, flag in _NOT_WITH_ENGINES.items():
+        if getattr(args, dest, None):
+            raise InvalidValueError(f"{flag} with --engine: the engine comparison runs plain greedy decoding of a "
+                                    "GGUF", f"drop {flag}, or drop --engine for iotrace's own bench")
+    if args.batch != 1 or args.depth != (0,) or args.temperature != 0:
+        raise InvalidValueError("--batch, --depth and --temperature with --engine: every engine runs one greedy "
+                                "sequence from an empty cache", "drop them (use --concurrency N with vllm)")
+    names = [spec.name for spec in args.engine]
+    if len(set(names)) != len(names):
+        raise InvalidValueError(f"--engine names one engine twice ({', '.join(names)})", "name each engine once")
+    if args.concurrency > 1 and set(names) - {"vllm"}:
+        others = ", ".join(sorted(set(names) - {"vllm"}))
+        raise InvalidValueError(f"--concurrency {args.concurrency} with {others}: only vllm takes concurrent "
+                                "requests here (llama-cpp-python's Llama and the reference decoders run one "
+                                "sequence)", "drop --concurrency, or run --engine vllm alone")
+    if args.dtype is not None and args.dtype != "fp32" and not __import__("torch").cuda.is_available():
+        raise InvalidValueError(f"--dtype {args.dtype} on a CPU: the engines' CPU builds compute in fp32 here",
+                                "drop --dtype")
+
+
+def _comparison(args: argparse.Namespace, request: Any):
+    from iotrace.engines.compare import EngineComparison
+    from iotrace.model.gguf_file import pinned_gguf
+
+    gguf = args.gguf if args.gguf is not None else pinned_gguf()
+    ids, source = _prompt(args, request, gguf)
+    return EngineComparison(engines=tuple(args.engine), gguf=Path(gguf), prompt_ids=tuple(ids), prompt_source=source,
+                            gen_tokens=args.gen_tokens, reps=args.reps, concurrency=args.concurrency,
+                            dtype=args.dtype, threads=args.threads)
+
+
+def _prompt(args: argparse.Namespace, request: Any, gguf: Path) -> tuple[list[int], str]:
+    """The prompt's token ids by the GGUF's tokenizer (every engine gets these ids, not text), and where it came
+    from. ``request``: the bench's own reading of --model, --prompt, --prompt-file and the default prompt."""
+    from iotrace.model.gguf_file import open_gguf
+
+    if request.prompt_tokens is not None:
+        import torch
+
+        generator = torch.Generator().manual_seed(args.seed)
+        vocab = open_gguf(gguf).config.vocab
+        return torch.randint(0, vocab, (request.prompt_tokens,), generator=generator).tolist(), \
+            f"{request.prompt_tokens} random token ids (seed {args.seed})"
+    from iotrace.model.tokenizer import gguf_tokenizer
+
+    ids = list(gguf_tokenizer(gguf).encode(request.prompt, add_special_tokens=False))
+    if not ids:
+        raise InvalidValueError("the prompt encodes to no tokens", "give a non-empty --prompt")
+    source = (f"--prompt-file {args.prompt_file}" if args.prompt_file is not None
+              else "--prompt" if args.prompt is not None else "the bench's shipped default prompt")
+    return ids, source
+
+
+def run_engines(args: argparse.Namespace, bench_request: Any, card: Card | None) -> None:
+    """``iotrace bench --engine ...``: the table (or JSON) of every engine that ran; then, if any gave no result,
+    one line each on stderr and exit 2. ``bench_request``: the bench's reading of the prompt options."""
+    from iotrace.cli.output import emit, progress_lines
+    from iotrace.engines.compare import compare_engines
+    from iotrace.render.engines import engines_text
+
+    request = _comparison(args, bench_request)
+    with progress_lines("bench --engine") as say:  # a line per phase on stderr; stdout stays the result
+        data = compare_engines(request, card, say)
+    emit(args, data, lambda: print(engines_text(data), end=""))
+    sys.stdout.flush()
+    failed = [row for row in data["engines"] if not row["ok"]]
+    if failed:
+        raise EngineRunsFailedError("\n".join(f"engine {row['engine']} ({row['python']}): {row['error']}"
+                                              for row in failed))

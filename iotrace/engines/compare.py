@@ -1,0 +1,246 @@
+"""Engines side by side on the same work: the figures, the walls and the agreement of each engine's tokens.
+
+Every engine gets the same prompt token ids (the GGUF's tokenizer), greedy decoding with EOS ignored, exactly
+``gen_tokens`` decode steps after the prefill, the same repetitions after a discarded warm-up. Per engine:
+
+- prefill tok/s, TTFT, decode tok/s and inter-token latency percentiles, from the engine's own counters where it
+  has them (llama.cpp's perf context) and otherwise the runner's clock; the table says which;
+- the weight format the engine actually read (Q4_1 as stored for llama.cpp; fp32 dequantised for transformers and
+  vLLM; iotrace's dtype) and its bytes per decode token (identity 1: every weight once, plus the KV cache at the
+  mean context of the timed steps) -> the decode wall on the machine it ran on, against the memory bandwidth a copy
+  loop measured in this run; with a card, the wall that card would have for the same bytes. A CPU run is never a
+  fraction of a GPU's wall;
+- agreement with transformers' tokens: the identical prefix, and where they diverge, the reference's margin between
+  its top two logits there. A near-tie is a legitimate divergence, and so is a margin within the spread the two
+  engines' margins showed before it (llama.cpp quantises activations to 8 bits: its logits differ by tenths); a
+  margin beyond both is a bug.
+
+A table, not a ranking: no engine's figure is divided by another's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from iotrace.engines.launch import EngineRun, EngineSpec, rerun_line, run_engine
+
+if TYPE_CHECKING:
+    from iotrace.cards import Card
+
+__all__ = ["NEAR_TIE_LOGITS", "EngineComparison", "agreement", "compare_engines", "engine_figures"]
+
+#: A divergence where the reference's top two logits are this close is a near-tie, not a bug: the acceptance rule of
+#: docs/commands/bench.md ("Engines side by side"), chosen as fp32 rounding of 30 layers' logits is ~1e-3 and
+#: llama.cpp's Q8_0 activations move logits by a few 0.01.
+NEAR_TIE_LOGITS = 0.05
+#: Element bytes of the formats the engines read (the KV cache of each engine is in its compute dtype; llama.cpp's is
+#: f16 by default, the runner reports it).
+_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "f16": 2}
+
+
+@dataclass(frozen=True)
+class EngineComparison:
+    """What ``iotrace bench --engine`` was asked for (the CLI's options, checked)."""
+
+    engines: tuple[EngineSpec, ...]
+    gguf: Path
+    prompt_ids: tuple[int, ...]
+    prompt_source: str
+    gen_tokens: int = 32
+    reps: int = 3
+    concurrency: int = 1
+    #: iotrace, transformers and vLLM compute in it (None: fp32 on a CPU, bf16 on a GPU); llama.cpp reads as stored
+    dtype: str | None = None
+    #: threads every CPU engine is given (None: the machine's cores)
+    threads: int | None = None
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q  # linear interpolation between closest ranks (numpy's default method)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    return {"mean": statistics.fmean(values), "stddev": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "values": values}
+
+
+def engine_figures(result: dict[str, Any], prompt_tokens: int) -> dict[str, Any]:
+    """Prefill, TTFT, decode and ITL of one runner result, over its timed repetitions."""
+    reps = result["reps"]
+    steps = [s for r in reps for s in r["step_s"]]
+    if all("t_eval_ms" in r["counters"] for r in reps):  # llama.cpp's own counters
+        prefill = [r["counters"]["n_p_eval"] / (r["counters"]["t_p_eval_ms"] / 1e3) for r in reps]
+        decode = [r["counters"]["n_eval"] / (r["counters"]["t_eval_ms"] / 1e3) for r in reps]
+    else:
+        prefill = [prompt_tokens / r["prefill_s"] for r in reps]
+        decode = [len(r["step_s"]) / sum(r["step_s"]) for r in reps]
+    ms = [s * 1e3 for s in steps]
+    return {"prefill_tok_s": _spread(prefill), "ttft_ms": _spread([r["prefill_s"] * 1e3 for r in reps]),
+            "decode_tok_s": _spread(decode),
+            "itl_ms": {"p50": _quantile(ms, 0.5), "p90": _quantile(ms, 0.9), "p99": _quantile(ms, 0.99)},
+            "aggregate_tok_s": _spread(result["aggregate_tok_s"]) if result.get("aggregate_tok_s") else None,
+            "timing": result.get("timing", {})}
+
+
+def _margin(top2: list) -> float:
+    return top2[1] - top2[3]
+
+
+def agreement(tokens: list[int], reference: list[int], ref_top2: list[list], own_top2: list[list]) -> dict[str, Any]:
+    """The identical prefix of ``tokens`` and the reference's; at a divergence, the reference's margin between its top
+    two logits there, against the spread of the two engines' margins measured at the positions before it (where both
+    ranked the same two tokens first). ``*_top2``: per position ``[id1, logit1, id2, logit2]``."""
+    n = min(len(tokens), len(reference))
+    prefix = next((i for i in range(n) if tokens[i] != reference[i]), n)
+    if prefix == n and len(tokens) == len(reference):
+        return {"identical_prefix": prefix, "of": len(reference), "diverged_at": None, "margin": None,
+                "spread_before": None, "verdict": "identical"}
+    pairs = [(r, o) for r, o in zip(ref_top2[:prefix], own_top2[:prefix], strict=False)
+             if r[0] == o[0] and r[2] == o[2]]
+    spread = max((abs(_margin(r) - _margin(o)) for r, o in pairs), default=None)
+    margin = _margin(ref_top2[prefix]) if prefix < len(ref_top2) else None
+    if margin is None:
+        verdict = "diverged (no reference margin there)"
+    elif margin <= NEAR_TIE_LOGITS:
+        verdict = f"diverged at a near-tie (margin {margin:.3f} <= {NEAR_TIE_LOGITS} logits)"
+    elif spread is not None and margin <= spread:
+        verdict = (f"diverged at a margin of {margin:.3f} logits, within the {spread:.3f} the two engines' margins "
+                   "differed by before it: arithmetic, not a bug")
+    else:
+        verdict = (f"diverged at a margin of {margin:.3f} logits, beyond the engines' measured spread "
+                   f"({'none measured' if spread is None else f'{spread:.3f}'}): not a tie")
+    return {"identical_prefix": prefix, "of": len(reference), "diverged_at": prefix, "margin": margin,
+            "spread_before": spread, "verdict": verdict}
+
+
+def _weights(result: dict[str, Any], stored_bytes: int, file_type: str, params: int) -> dict[str, Any]:
+    w = result["weights"]
+    if w.get("as_stored"):
+        return {"format": f"{file_type} as stored", "bytes": stored_bytes,
+                "kv_element_bytes": w.get("kv_element_bytes", 2), "kv_dtype": w.get("kv_dtype")}
+    element = _ELEMENT[w["format"]]
+    return {"format": f"{w['format']} (dequantised)", "bytes": w.get("bytes") or params * element,
+            "kv_element_bytes": w.get("kv_element_bytes", _ELEMENT.get(w.get("kv_dtype"), element)),
+            "kv_dtype": w.get("kv_dtype")}
+
+
+def _walls(figures: dict[str, Any], weights: dict[str, Any], device: str, batch: int, context: int, config: Any,
+           bandwidth: dict[str, float | None], card: Card | None) -> dict[str, Any]:
+    from iotrace.model.walls import decode_step_bytes, decode_wall
+
+    step = decode_step_bytes(weights["bytes"], batch, context, config.layers, config.kv_heads, config.head_dim,
+                             weights["kv_element_bytes"])
+    # Concurrent streams are measured against the batch's wall by their summed decode rate; one stream by its own.
+    rate = (figures["aggregate_tok_s"] if batch > 1 and figures["aggregate_tok_s"] else figures["decode_tok_s"])["mean"]
+    out: dict[str, Any] = {"bytes_per_step": step, "batch": batch, "mean_context": context, "here": None,
+                           "card": None}
+    measured = bandwidth.get(device)
+    if measured:
+        wall = decode_wall(step, batch, measured, f"measured copy (this run, {device.upper()})")
+        out["here"] = {"tok_s": wall.tokens_per_s, "bandwidth_gbs": measured / 1e9, "source": wall.bandwidth_source,
+                       "fraction": wall.fraction(rate)}
+    if card is not None and card.memory_bandwidth_gbs:
+        wall = decode_wall(step, batch, card.bandwidth_bytes_per_s, f"CardBook {card.key}")
+        on_card = device == "cuda"
+        out["card"] = {"tok_s": wall.tokens_per_s, "bandwidth_gbs": card.memory_bandwidth_gbs, "card": card.key,
+                       "source": wall.bandwidth_source, "fraction": wall.fraction(rate) if on_card else None,
+                       "note": None if on_card else f"the engine ran on the {device.upper()}: a CPU run is not a "
+                                                    f"fraction of {card.name}'s wall"}
+    return out
+
+
+def compare_engines(request: EngineComparison, card: Card | None,
+                    progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Run every engine of ``request`` on the same work and put them side by side (``iotrace.bench-engines/1``)."""
+    import os
+
+    from iotrace.engines.hf_folder import hf_folder
+    from iotrace.engines.launch import engines_dir
+    from iotrace.model.copy_bandwidth import copy_bandwidth_bytes_per_s
+    from iotrace.model.gguf_file import open_gguf
+
+    gguf = open_gguf(request.gguf)
+    config = gguf.config
+    stored = sum(int(info.n_bytes) for info in gguf.reader.tensors)
+    threads = request.threads or os.cpu_count() or 1
+    folder = hf_folder(request.gguf, engines_dir(), progress)
+    base = {"gguf": str(Path(request.gguf).resolve()), "hf_folder": str(folder),
+            "prompt_ids": list(request.prompt_ids), "gen_tokens": request.gen_tokens, "reps": request.reps,
+            "threads": threads, "dtype": request.dtype}
+    names = [spec.name for spec in request.engines]
+    runs: list[EngineRun] = []
+    reference: EngineRun | None = None
+    for spec in request.engines:
+        progress(f"{spec.name}: loading and running ({request.reps} repetitions after a warm-up)")
+        extra = {"concurrency": request.concurrency} if spec.name == "vllm" else {}
+        run = run_engine(spec, {**base, **extra})
+        runs.append(run)
+        if spec.name == "transformers" and run.ok and reference is None:
+            reference = run
+    if reference is None:
+        progress("transformers: the reference tokens and logit margins")
+        reference = run_engine(EngineSpec("transformers"), {**base, "reps": 1, "dtype": "fp32"})
+    progress("measuring the memory bandwidth with a copy loop")
+    devices = {(r.result or {}).get("device") for r in runs if r.ok}
+    bandwidth: dict[str, float | None] = {}
+    for device in sorted(d for d in devices if d):
+        bandwidth[device] = copy_bandwidth_bytes_per_s(device)
+    ref_tokens = reference.result["tokens"] if reference.ok and reference.result else None
+    ref_top2 = reference.result.get("top2", []) if reference.ok and reference.result else []
+    context = len(request.prompt_ids) + request.gen_tokens // 2  # the KV read is costed at the timed steps' mean
+    rows = []
+    for run in runs:
+        row: dict[str, Any] = {"engine": run.spec.name, "python": run.python, "ok": run.ok, "error": run.error,
+                               "wall_s": run.wall_s, "rerun": rerun_line(run)}
+        if run.ok and run.result is not None:
+            result = run.result
+            figures = engine_figures(result, len(request.prompt_ids))
+            weights = _weights(result, stored, gguf.file_type, config.params)
+            batch = int(result.get("concurrency") or 1)
+            row.update(build=result["build"], environment=result["environment"], device=result["device"],
+                       weights=weights, load_s=result["load_s"], tokens=result["tokens"],
+                       tokens_stable=result["tokens_stable"], concurrency=batch, **figures,
+                       walls=_walls(figures, weights, result["device"], batch, context, config, bandwidth, card),
+                       agreement=agreement(result["tokens"], ref_tokens, ref_top2, result.get("top2", []))
+                       if ref_tokens else None)
+        rows.append(row)
+    labels = []
+    if any(r.get("device") == "cpu" for r in rows):
+        labels.append("CPU figures of each engine's CPU build (no GPU here): not GPU results")
+    return {"schema": "iotrace.bench-engines/1",
+            "model": {"name": config.name, "gguf": str(request.gguf), "file_type": gguf.file_type,
+                      "params": config.params, "stored_bytes": stored, "hf_folder": str(folder)},
+            "prompt": {"tokens": len(request.prompt_ids), "ids": list(request.prompt_ids),
+                       "source": request.prompt_source},
+            "work": {"gen_tokens": request.gen_tokens, "reps": request.reps, "concurrency": request.concurrency,
+                     "threads": threads, "greedy": True, "ignore_eos": True, "engines": names},
+            "bandwidth_gbs": {k: (v / 1e9 if v else None) for k, v in bandwidth.items()},
+            "card": None if card is None else {"key": card.key, "name": card.name},
+            "reference": {"engine": "transformers", "python": reference.python, "ok": reference.ok,
+                          "error": reference.error, "tokens": ref_tokens, "top2": ref_top2},
+            "engines": rows, "labels": labels,
+            "manifest": _manifest(request, card)}
+
+
+def _manifest(request: EngineComparison, card: Card | None) -> dict[str, Any]:
+    """The argv, the request, the card and iotrace's own versions and commit (each engine's build is in its row)."""
+    import shlex
+    import sys
+
+    from iotrace.checkout import git_info
+    from iotrace.trace.profilers.manifest import device_info, versions
+
+    asked = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(request).items() if k != "engines"}
+    return {"schema": "iotrace.bench-manifest/1", "argv": list(sys.argv),
+            "rerun": shlex.join(["iotrace", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("iotrace") else None,
+            "request": {**asked, "engines": [spec.label for spec in request.engines]},
+            "card": None if card is None else {"key": card.key, "name": card.name, "origin": card.origin},
+            "device": device_info(), "versions": versions(), "git": git_info()}

