@@ -74,8 +74,8 @@ def test_figures_come_from_llama_cpp_counters_where_present_else_the_runner_cloc
     clock = {"reps": [{"prefill_s": 0.5, "step_s": [0.1, 0.3], "counters": {}},
                       {"prefill_s": 0.25, "step_s": [0.2, 0.2], "counters": {}}], "timing": {"decode": "runner"}}
     f = engine_figures(clock, prompt_tokens=10)
-    assert f["prefill_tok_s"]["values"] == [20.0, 40.0]
-    assert f["decode_tok_s"]["values"] == [pytest.approx(5.0), pytest.approx(5.0)]
+    assert list(f["prefill_tok_s"]["values"]) == [20.0, 40.0]
+    assert list(f["decode_tok_s"]["values"]) == [pytest.approx(5.0), pytest.approx(5.0)]
     assert f["ttft_ms"]["mean"] == pytest.approx(375.0)
     # ITL over the 4 steps [100, 300, 200, 200] ms, linear interpolation between closest ranks
     assert f["itl_ms"] == {"p50": pytest.approx(200.0), "p90": pytest.approx(270.0), "p99": pytest.approx(297.0)}
@@ -181,7 +181,7 @@ def test_the_pinned_model_through_four_engines_agrees_with_transformers() -> Non
         assert walls["here"]["fraction"] == pytest.approx(row["decode_tok_s"]["mean"] / walls["here"]["tok_s"])
         # the card's wall for the same bytes, never a fraction for a CPU run
         assert walls["card"]["tok_s"] == pytest.approx(1008e9 / step)  # RTX 4090: 1008 GB/s (CardBook)
-        assert walls["card"]["fraction"] is None and "a CPU run is not a fraction" in walls["card"]["note"]
+        assert walls["card"]["fraction"] is None and "a CPU run is not a fraction" in walls["card"]["no_fraction"]
     assert rows["iotrace"]["agreement"]["verdict"] == "identical"  # the same fp32 weights and arithmetic
     assert rows["llama.cpp"]["weights"]["format"].endswith("as stored")
     assert rows["vllm"]["build"]["version"] == "0.32.0" and rows["vllm"]["build"]["platform"] == "CpuPlatform"

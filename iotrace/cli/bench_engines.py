@@ -82,25 +82,19 @@ def _comparison(args: argparse.Namespace, request: Any):
 
 
 def _prompt(args: argparse.Namespace, request: Any, gguf: Path) -> tuple[list[int], str]:
-    """The prompt's token ids by the GGUF's tokenizer (every engine gets these ids, not text), and where it came
+    """The prompt's token ids, as the bench makes them (every engine gets these ids, not text), and where they came
     from. ``request``: the bench's own reading of --model, --prompt, --prompt-file and the default prompt."""
     from iotrace.model.gguf_file import open_gguf
+    from iotrace.model.measure import prompt_ids
 
     if request.prompt_tokens is not None:
-        import torch
-
-        generator = torch.Generator().manual_seed(args.seed)
-        vocab = open_gguf(gguf).config.vocab
-        return torch.randint(0, vocab, (request.prompt_tokens,), generator=generator).tolist(), \
-            f"{request.prompt_tokens} random token ids (seed {args.seed})"
+        ids = prompt_ids(request, None, open_gguf(gguf).config.vocab)
+        return ids, f"{request.prompt_tokens} random token ids (seed {args.seed})"
     from iotrace.model.tokenizer import gguf_tokenizer
 
-    ids = list(gguf_tokenizer(gguf).encode(request.prompt, add_special_tokens=False))
-    if not ids:
-        raise InvalidValueError("the prompt encodes to no tokens", "give a non-empty --prompt")
     source = (f"--prompt-file {args.prompt_file}" if args.prompt_file is not None
               else "--prompt" if args.prompt is not None else "the bench's shipped default prompt")
-    return ids, source
+    return prompt_ids(request, gguf_tokenizer(gguf), 0), source
 
 
 def run_engines(args: argparse.Namespace, bench_request: Any, card: Card | None) -> None:

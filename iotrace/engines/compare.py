@@ -20,7 +20,6 @@ A table, not a ranking: no engine's figure is divided by another's.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,9 +36,6 @@ __all__ = ["NEAR_TIE_LOGITS", "EngineComparison", "agreement", "compare_engines"
 #: docs/commands/bench.md ("Engines side by side"), chosen as fp32 rounding of 30 layers' logits is ~1e-3 and
 #: llama.cpp's Q8_0 activations move logits by a few 0.01.
 NEAR_TIE_LOGITS = 0.05
-#: Element bytes of the formats the engines read (the KV cache of each engine is in its compute dtype; llama.cpp's is
-#: f16 by default, the runner reports it).
-_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "f16": 2}
 
 
 @dataclass(frozen=True)
@@ -59,21 +55,16 @@ class EngineComparison:
     threads: int | None = None
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q  # linear interpolation between closest ranks (numpy's default method)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 def _spread(values: list[float]) -> dict[str, Any]:
-    return {"mean": statistics.fmean(values), "stddev": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "values": values}
+    from iotrace.model.measure import Spread
+
+    return asdict(Spread.of(values))
 
 
 def engine_figures(result: dict[str, Any], prompt_tokens: int) -> dict[str, Any]:
     """Prefill, TTFT, decode and ITL of one runner result, over its timed repetitions."""
+    from iotrace.model.measure import latency_percentiles
+
     reps = result["reps"]
     steps = [s for r in reps for s in r["step_s"]]
     if all("t_eval_ms" in r["counters"] for r in reps):  # llama.cpp's own counters
@@ -85,7 +76,7 @@ def engine_figures(result: dict[str, Any], prompt_tokens: int) -> dict[str, Any]
     ms = [s * 1e3 for s in steps]
     return {"prefill_tok_s": _spread(prefill), "ttft_ms": _spread([r["prefill_s"] * 1e3 for r in reps]),
             "decode_tok_s": _spread(decode),
-            "itl_ms": {"p50": _quantile(ms, 0.5), "p90": _quantile(ms, 0.9), "p99": _quantile(ms, 0.99)},
+            "itl_ms": latency_percentiles(ms),
             "aggregate_tok_s": _spread(result["aggregate_tok_s"]) if result.get("aggregate_tok_s") else None,
             "timing": result.get("timing", {})}
 
@@ -122,19 +113,21 @@ def agreement(tokens: list[int], reference: list[int], ref_top2: list[list], own
 
 
 def _weights(result: dict[str, Any], stored_bytes: int, file_type: str, params: int) -> dict[str, Any]:
+    from iotrace.model.walls import ELEMENT_BYTES
+
     w = result["weights"]
-    if w.get("as_stored"):
+    if w.get("as_stored"):  # llama.cpp: its KV cache is f16 by default, and the runner reports its element size
         return {"format": f"{file_type} as stored", "bytes": stored_bytes,
                 "kv_element_bytes": w.get("kv_element_bytes", 2), "kv_dtype": w.get("kv_dtype")}
-    element = _ELEMENT[w["format"]]
+    element = ELEMENT_BYTES[w["format"]]  # the KV cache is in the engine's compute dtype
     return {"format": f"{w['format']} (dequantised)", "bytes": w.get("bytes") or params * element,
-            "kv_element_bytes": w.get("kv_element_bytes", _ELEMENT.get(w.get("kv_dtype"), element)),
+            "kv_element_bytes": w.get("kv_element_bytes", ELEMENT_BYTES.get(w.get("kv_dtype"), element)),
             "kv_dtype": w.get("kv_dtype")}
 
 
 def _walls(figures: dict[str, Any], weights: dict[str, Any], device: str, batch: int, context: int, config: Any,
            bandwidth: dict[str, float | None], card: Card | None) -> dict[str, Any]:
-    from iotrace.model.walls import decode_step_bytes, decode_wall
+    from iotrace.model.walls import CPU_NOT_A_FRACTION, decode_step_bytes, decode_wall
 
     step = decode_step_bytes(weights["bytes"], batch, context, config.layers, config.kv_heads, config.head_dim,
                              weights["kv_element_bytes"])
@@ -144,16 +137,12 @@ def _walls(figures: dict[str, Any], weights: dict[str, Any], device: str, batch:
                            "card": None}
     measured = bandwidth.get(device)
     if measured:
-        wall = decode_wall(step, batch, measured, f"measured copy (this run, {device.upper()})")
-        out["here"] = {"tok_s": wall.tokens_per_s, "bandwidth_gbs": measured / 1e9, "source": wall.bandwidth_source,
-                       "fraction": wall.fraction(rate)}
+        source = f"measured copy (this run, {device.upper()})"
+        out["here"] = decode_wall(step, batch, measured, source, weight_bytes=weights["bytes"]).to_dict(rate)
     if card is not None and card.memory_bandwidth_gbs:
-        wall = decode_wall(step, batch, card.bandwidth_bytes_per_s, f"CardBook {card.key}")
-        on_card = device == "cuda"
-        out["card"] = {"tok_s": wall.tokens_per_s, "bandwidth_gbs": card.memory_bandwidth_gbs, "card": card.key,
-                       "source": wall.bandwidth_source, "fraction": wall.fraction(rate) if on_card else None,
-                       "note": None if on_card else f"the engine ran on the {device.upper()}: a CPU run is not a "
-                                                    f"fraction of {card.name}'s wall"}
+        wall = decode_wall(step, batch, card.bandwidth_bytes_per_s, f"CardBook {card.key}",
+                           weight_bytes=weights["bytes"], no_fraction=None if device == "cuda" else CPU_NOT_A_FRACTION)
+        out["card"] = {**wall.to_dict(rate), "card": card.key}
     return out
 
 
@@ -166,6 +155,7 @@ def compare_engines(request: EngineComparison, card: Card | None,
     from iotrace.engines.launch import engines_dir
     from iotrace.model.copy_bandwidth import copy_bandwidth_bytes_per_s
     from iotrace.model.gguf_file import open_gguf
+    from iotrace.model.measure import bench_manifest
 
     gguf = open_gguf(request.gguf)
     config = gguf.config
@@ -227,20 +217,4 @@ def compare_engines(request: EngineComparison, card: Card | None,
             "reference": {"engine": "transformers", "python": reference.python, "ok": reference.ok,
                           "error": reference.error, "tokens": ref_tokens, "top2": ref_top2},
             "engines": rows, "labels": labels,
-            "manifest": _manifest(request, card)}
-
-
-def _manifest(request: EngineComparison, card: Card | None) -> dict[str, Any]:
-    """The argv, the request, the card and iotrace's own versions and commit (each engine's build is in its row)."""
-    import shlex
-    import sys
-
-    from iotrace.checkout import git_info
-    from iotrace.trace.profilers.manifest import device_info, versions
-
-    asked = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(request).items() if k != "engines"}
-    return {"schema": "iotrace.bench-manifest/1", "argv": list(sys.argv),
-            "rerun": shlex.join(["iotrace", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("iotrace") else None,
-            "request": {**asked, "engines": [spec.label for spec in request.engines]},
-            "card": None if card is None else {"key": card.key, "name": card.name, "origin": card.origin},
-            "device": device_info(), "versions": versions(), "git": git_info()}
+            "manifest": bench_manifest(request, card)}

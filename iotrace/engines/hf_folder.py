@@ -52,7 +52,6 @@ def hf_folder(gguf: Path, root: Path, progress: Callable[[str], None] = lambda _
     # The loader marks the model as GGUF-quantised; the saved weights are plain fp32, and a reader of the folder
     # (vLLM) would otherwise look for the GGUF file named in that marker.
     model.hf_quantizer = None
-    model.config.quantization_config = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     entry.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ run (:func:`iotrace.model.walls.card_dtype`), and a CPU run is never shown as a 
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import time
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from iotrace.model.weights import LlamaWeights
 
 __all__ = ["BenchRequest", "BenchResult", "DepthFigures", "Spread", "bench_manifest", "copy_bandwidth_bytes_per_s",
-           "device_label", "run_bench"]
+           "device_label", "latency_percentiles", "prompt_ids", "run_bench"]
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 _DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
@@ -89,6 +90,11 @@ class Spread:
     @classmethod
     def of(cls, values: list[float]) -> Spread:
         return cls(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, tuple(values))
+
+
+def latency_percentiles(ms: list[float]) -> dict[str, float]:
+    """p50, p90 and p99 of per-token latencies (the bench's ITL figures, and each engine's)."""
+    return {"p50": _percentile(ms, 0.5), "p90": _percentile(ms, 0.9), "p99": _percentile(ms, 0.99)}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -204,7 +210,8 @@ def _generate(decoder: Decoder, first: torch.Tensor, steps: int, clock: _Clock |
     return tokens
 
 
-def _prompt_ids(request: BenchRequest, tokenizer: Any, vocab: int) -> list[int]:
+def prompt_ids(request: BenchRequest, tokenizer: Any, vocab: int) -> list[int]:
+    """The prompt's token ids: ``prompt_tokens`` random ids (seeded), else the prompt text by ``tokenizer``."""
     if request.prompt_tokens is not None:
         gen = torch.Generator().manual_seed(request.seed)
         return torch.randint(0, vocab, (request.prompt_tokens,), generator=gen).tolist()
@@ -282,7 +289,7 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
 
     weights, tokenizer = _load(request, dtype, device, kv_bytes_of, progress)
     c = weights.config
-    prompt = _prompt_ids(request, tokenizer, c.vocab)
+    prompt = prompt_ids(request, tokenizer, c.vocab)
     if longest + len(prompt) + request.gen_tokens + 1 > c.context_length:
         raise InvalidValueError(f"depth {longest} + prompt {len(prompt)} + {request.gen_tokens} generated tokens "
                                 f"exceed {c.name}'s context of {c.context_length}",
@@ -364,7 +371,7 @@ def run_bench(request: BenchRequest, card: Card | None, progress: Callable[[str]
         ms = [s * 1e3 for s in per_token]
         depth_figures.append(DepthFigures(
             depth, depth + len(prompt), Spread.of(rates),
-            {"p50": _percentile(ms, 0.5), "p90": _percentile(ms, 0.9), "p99": _percentile(ms, 0.99)},
+            latency_percentiles(ms),
             step_bytes, walls, energy))
         del decoder
 
@@ -454,7 +461,8 @@ def _manifest(request: Any, card: Card | None) -> dict[str, Any]:
 
     return {"schema": "iotrace.bench-manifest/1", "argv": list(sys.argv),
             "rerun": shlex.join(["iotrace", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("iotrace") else None,
-            "request": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(request).items()},
+            # Any request dataclass, its nested ones and paths included, as JSON holds it.
+            "request": json.loads(json.dumps(asdict(request), default=str)),
             "card": None if card is None else {"key": card.key, "name": card.name, "cc": card.cc,
                                                 "origin": card.origin},
             "device": device_info(), "clocks": _clocks(), "versions": versions(), "git": git_info()}

@@ -73,8 +73,8 @@ def _details(row: dict[str, Any]) -> str:
     if build.get("system_info"):
         lines.append(f"    system info: {build['system_info'].strip()}")
     card = row["walls"]["card"]
-    if card is not None and card.get("note"):
-        lines.append(f"    card wall: {card['note']}")
+    if card is not None and card.get("no_fraction"):
+        lines.append(f"    card wall: no fraction: {card['no_fraction']}")
     lines.append(f"    rerun alone: {row['rerun']}")
     return "\n".join(lines)
 
