@@ -132,6 +132,12 @@ EXPECTED = {
         ("rocprof-csv", 20, None, ("mul_mat_q<(ggml_type)2, 128, false>", None, None, None, 598_069_423)),
     "rocprof/mi300x_naive_bmm_rocprof-v1_results.json":
         ("rocprof-json", 1, "mi300x", ("batched_matrix_multiplication", None, None, None, 331_634_184_678)),
+    # A launch whose profiling failed (ncu_report: launch #1 has no launch__* metric and no duration), and a vLLM V1
+    # serving trace of a 70B-class model on 4 H100s (plain json: 13,508 cat == kernel events; the first's args).
+    "ncu-rep/rtx4070laptop_bastar_full_failedlaunch_ncu2024.3.ncu-rep":
+        ("ncu-rep", 2, None, ("initializeBiNodes", 16, (97657, 1, 1), (256, 1, 1), 15_141_984)),
+    "kineto/h100sxm_x4tp_vllm_v1_llama3-70b_prefill1049_decode9_rank0_kineto.json.gz":
+        ("kineto-json", 13508, "h100-sxm", ("direct_copy_kernel_cuda", 32, (3, 1, 1), (128, 1, 1), 3_200)),
 }
 KINETO = sorted(n for n in EXPECTED if n.split("/")[0] in ("kineto", "kineto-ranks"))
 NSYS_REPORTS = ["nsys/rtx3090_tensorrt_memfusion.nsys-rep", "nsys/rtx4050laptop_rgb_nsys.nsys-rep",
