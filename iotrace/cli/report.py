@@ -114,6 +114,24 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kernels shown in full detail in the terminal and Markdown (default 5)")
     parser.add_argument("--images", action="store_true",
                         help="with --format md and -o: write the figures as PNG beside the Markdown (kaleido)")
+    steps = parser.add_argument_group(
+        "engine steps", "an inference engine's trace, step by step against the wall (docs/commands/traces.md#steps)")
+    steps.add_argument("--steps", metavar="REGEX", help="the ranges that mark one step each (default: vLLM's step "
+                       "annotations, iotrace's runner ranges or vLLM's execute_model, whichever the trace holds)")
+    which = steps.add_mutually_exclusive_group()
+    which.add_argument("--model", metavar="KEY", help="the model the trace ran, a models.toml key (see `iotrace math "
+                       "--help`), at --bits (default 16)")
+    which.add_argument("--gguf", type=Path, metavar="PATH", help="the model as a GGUF (its bits as stored)")
+    which.add_argument("--hf-config", type=Path, metavar="DIR", help="the model's Hugging Face folder (config.json)")
+    which.add_argument("--params", type=float, metavar="N", help="the model's parameters (with --bits)")
+    steps.add_argument("--bits", type=float, metavar="Q", help="bits per weight as the engine reads them")
+    steps.add_argument("--active-params", type=float, metavar="N",
+                       help="a mixture of experts: the parameters one token reads")
+    steps.add_argument("--bandwidth", type=float, metavar="GB/s", help="the device's memory bandwidth (default: the "
+                       "card's datasheet, or the copy-loop figure in the bench manifest beside the trace)")
+    steps.add_argument("--tp", type=int, metavar="N", help="tensor-parallel degree (default: the trace's world size)")
+    steps.add_argument("--batch", type=int, metavar="N",
+                       help="requests per step where the trace's marks do not say (vLLM's execute_model)")
 
 
 def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
@@ -137,8 +155,43 @@ def _build(args: argparse.Namespace, trace: Path, **extra: Any):
     from iotrace.trace.loader import load
     from iotrace.trace.reports.report import build_report
 
-    return build_report(load(trace), kernel=args.kernel, card=args.card, ceilings=args.ceilings, top=args.top,
-                        each_launch=args.each_launch, **extra)
+    tables = load(trace)
+    return build_report(tables, kernel=args.kernel, card=args.card, ceilings=args.ceilings, top=args.top,
+                        each_launch=args.each_launch, steps=_step_options(args, trace, tables), **extra)
+
+
+def _step_options(args: argparse.Namespace, trace: Path, tables: Any) -> Any:
+    """The model, machine and step marks ``iotrace report`` was given (or found in a bench manifest beside the
+    trace), for the step report."""
+    from iotrace.model import step_model
+    from iotrace.trace.reports.step_report import Machine, StepOptions, machine_of
+
+    bits, active = getattr(args, "bits", None), getattr(args, "active_params", None)
+    if getattr(args, "batch", None) is not None and args.batch < 1:
+        raise InvalidValueError(f"--batch {args.batch} must be 1 or more", "give the requests per step")
+    model, source = None, ""
+    bandwidth = getattr(args, "bandwidth", None)
+    manifest = trace.parent / "manifest.json"
+    saved, saved_bandwidth, saved_source = step_model.from_manifest(manifest) if manifest.is_file() else (None, None,
+                                                                                                         "")
+    if getattr(args, "model", None):
+        model = step_model.from_key(args.model, bits, active)
+    elif getattr(args, "gguf", None):
+        model = step_model.from_gguf(args.gguf, bits, active)
+    elif getattr(args, "hf_config", None):
+        model = step_model.from_hf_config(args.hf_config, bits, active)
+    elif getattr(args, "params", None) is not None:
+        model = step_model.from_numbers(args.params, bits, active)
+    elif saved is not None:
+        model = saved
+    elif bits is not None or active is not None:
+        raise InvalidValueError("--bits and --active-params describe a model", "give --model, --gguf, --hf-config or "
+                                                                               "--params too")
+    machine = machine_of(tables, getattr(args, "card", None), bandwidth, getattr(args, "tp", None))
+    if bandwidth is None and saved_bandwidth is not None and (machine is None or not tables.rows("kernels")):
+        source = f"copy loop in {saved_source}"
+        machine = Machine(saved_bandwidth, source, None, "", machine.tp if machine else 1)
+    return StepOptions(getattr(args, "steps", None), model, machine, getattr(args, "batch", None))
 
 
 def _terminal_text(draw: Any, to_file: bool, wide: bool = False) -> str | None:

@@ -1,13 +1,14 @@
 """The one table model every trace format loads into: :class:`TraceTables`.
 
-Nine long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
+Ten long tables and a dict: ``kernels`` (one row per launch, or per kernel name for summary exports,
 with ``launches`` saying how many), ``metrics`` (kernel id, metric, unit, value), ``ranges`` (NVTX and
 annotation ranges), ``devices`` (what the file says about each GPU, with the matched CardBook card), ``transfers``
 (memory copies and sets), ``ops`` (CPU ops with input shapes, Kineto only; a kernel's ``op_id`` is the op open when
 it was launched), ``source_samples`` (PC-sampling stall samples per SASS address and reason, with the address's
 source line where the file maps it; Nsight Compute reports only), ``rules`` (Nsight Compute's own rule results, its
 "guided analysis", per launch; Nsight Compute reports only), ``api_calls`` (the host's CUDA runtime and driver
-API calls, named and sorted into kinds; timelines only: Nsight Systems, Kineto) and ``meta`` (source, format, tool,
+API calls, named and sorted into kinds; timelines only: Nsight Systems, Kineto), ``host_ops`` (every CPU op with its
+thread, Kineto only) and ``meta`` (source, format, tool,
 version, schema, notes). Columns a format does not carry are present and missing (``<NA>`` / NaN), never absent, so
 a report can rely on the names below.
 
@@ -34,7 +35,8 @@ from iotrace.trace.errors import TraceFormatError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["API_CALL_COLUMNS", "API_CALL_KINDS", "DEVICE_COLUMNS", "GPU_RANGE_DOMAINS", "KERNEL_COLUMNS",
+__all__ = ["API_CALL_COLUMNS", "API_CALL_KINDS", "DEVICE_COLUMNS", "GPU_RANGE_DOMAINS", "HOST_OP_COLUMNS",
+           "KERNEL_COLUMNS",
            "METRIC_COLUMNS", "RANGE_COLUMNS", "RULE_COLUMNS", "SOURCE_SAMPLE_COLUMNS", "TABLES", "TRANSFER_COLUMNS",
            "Column", "KernelTotal", "TraceTables", "build", "graph_launch_count"]
 
@@ -77,6 +79,13 @@ DEVICE_COLUMNS: dict[str, str] = {
 OP_COLUMNS: dict[str, str] = {
     "id": "int64", "name": "object", "start_ns": "Int64", "end_ns": "Int64", "duration_ns": "float64",
     "process": "Int64", "thread": "Int64", "input_dims": "object", "input_types": "object",
+}
+#: Every CPU op of a Kineto trace (``cpu_op`` events), shaped or not, with its thread: the host's own time, which the
+#: step waterfall (:mod:`iotrace.trace.reports.waterfall`) splits into matrix products, attention, other ops and the
+#: Python between them. Arguments are not read (``ops`` holds the shaped ones with their inputs).
+HOST_OP_COLUMNS: dict[str, str] = {
+    "id": "int64", "name": "object", "start_ns": "Int64", "end_ns": "Int64", "duration_ns": "float64",
+    "process": "Int64", "thread": "Int64",
 }
 #: Warp-state samples per SASS address (ncu's SourceCounters section): one row per launch, address and stall reason
 #: with samples > 0. ``reason`` is as the file spells it after ``smsp__pcsamp_warps_issue_stalled_`` (e.g.
@@ -137,7 +146,7 @@ GPU_RANGE_DOMAINS: frozenset[str] = frozenset({"gpu_user_annotation"})
 TABLES: dict[str, dict[str, str]] = {"kernels": KERNEL_COLUMNS, "metrics": METRIC_COLUMNS, "ranges": RANGE_COLUMNS,
                                      "devices": DEVICE_COLUMNS, "transfers": TRANSFER_COLUMNS, "ops": OP_COLUMNS,
                                      "source_samples": SOURCE_SAMPLE_COLUMNS, "rules": RULE_COLUMNS,
-                                     "api_calls": API_CALL_COLUMNS}
+                                     "api_calls": API_CALL_COLUMNS, "host_ops": HOST_OP_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -214,6 +223,10 @@ class TraceTables:
     @property
     def api_calls(self) -> pd.DataFrame:
         return self.table("api_calls")
+
+    @property
+    def host_ops(self) -> pd.DataFrame:
+        return self.table("host_ops")
 
     def rows(self, name: str) -> int:
         """How many rows table ``name`` has."""
@@ -305,7 +318,7 @@ def graph_launch_count(launch_id: np.ndarray, launch_ns: np.ndarray) -> int:
 
 def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any = None, devices: Any = None,
           transfers: Any = None, ops: Any = None, source_samples: Any = None, rules: Any = None,
-          api_calls: Any = None, meta: dict[str, Any]) -> TraceTables:
+          api_calls: Any = None, host_ops: Any = None, meta: dict[str, Any]) -> TraceTables:
     """Conform each table to its columns and types and check every number; raise rather than return bad data.
 
     Each table argument is a DataFrame, a list of row dicts, or a dict of columns (lists, numpy arrays or
@@ -313,7 +326,8 @@ def build(path: Path, *, kernels: Any = None, metrics: Any = None, ranges: Any =
     without pandas.
     """
     given = {"kernels": kernels, "metrics": metrics, "ranges": ranges, "devices": devices, "transfers": transfers,
-             "ops": ops, "source_samples": source_samples, "rules": rules, "api_calls": api_calls}
+             "ops": ops, "source_samples": source_samples, "rules": rules, "api_calls": api_calls,
+             "host_ops": host_ops}
     columns = {name: _conform(path, name, given[name], spec) for name, spec in TABLES.items()}
     ids = np.sort(columns["kernels"]["id"].values)  # sort and searchsorted: np.unique/isin import numpy.ma
     if (ids[1:] == ids[:-1]).any():

@@ -15,7 +15,10 @@ Both schemas are read through the field maps in ``iotrace/data/trace_fields.toml
 - Copies and sets keep their event name as ``kind`` ("Memcpy HtoD (Pageable -> Device)"); their direction and memory
   kinds are read from it (:func:`iotrace.trace.formats.api_calls.kineto_transfer`).
 - Ranges are ``user_annotation`` events (``record_function`` and profiler steps) on CPU threads, joined to kernels
-  through the launching ``cuda_runtime`` call's correlation id; ``gpu_user_annotation`` ranges are kept unjoined.
+  through the launching ``cuda_runtime`` call's correlation id; ``gpu_user_annotation`` ranges are kept unjoined, and
+  so are the Python functions that are an engine's step (``python_function`` events named as trace_fields.toml's
+  ``step_functions`` says: vLLM V1's ``execute_model``).
+- Every ``cpu_op`` is a row of ``host_ops`` (name, time, thread); those with cost models are ``ops`` too, with shapes.
 
 The file is decoded by msgspec into typed event structs that keep the seven fields every event is sorted by
 (``ph``, ``cat``, ``name``, ``ts``, ``dur``, ``pid``, ``tid``) and leave ``args`` as raw JSON bytes, decoded
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import cache
 from typing import Any
 
@@ -49,8 +53,10 @@ PROFILER_RANGE = "cuda_profiler_range"
 #: Microseconds since the epoch reach ~1.8e15 in 2027; beyond 1e17 a timestamp is damage, not time.
 _TIME_LIMIT_US = 1e17
 _OLD_CATEGORIES = ("Kernel", "Runtime", "Operator")
-#: Kinds of the events kept, by category.
-_KERNEL, _RANGE_PROFILER, _RUNTIME, _ANNOTATION, _TRANSFER, _OP = range(6)
+#: Kinds of the events kept, by category (_HOST_OP: every CPU op, shaped or not; _STEP_FUNCTION: a Python function
+#: that is an engine's step, see trace_fields.toml's step_functions).
+_KERNEL, _RANGE_PROFILER, _RUNTIME, _ANNOTATION, _TRANSFER, _OP, _HOST_OP, _STEP_FUNCTION = range(8)
+_PYTHON_FUNCTION = "python_function"
 #: Top-level keys read besides ``traceEvents`` (the device lists come from the field map).
 _DOCUMENT_KEYS = ("schemaVersion", "distributedInfo", "cupti_version", "cuda_runtime_version", "cuda_driver_version")
 
@@ -160,16 +166,24 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     schema = _schema(events, doc)
     kinds = _kinds(schema)
     shaped = frozenset(spec["shaped_ops"]["names"])
-    picked: list[list[int]] = [[] for _ in range(6)]
+    step_function = re.compile(spec["step_functions"]["pattern"])
+    picked: list[list[int]] = [[] for _ in range(8)]
     for index, event in enumerate(events):
         if event.ph == "X" and event.cat is not None:
             kind = kinds.get(event.cat)
-            if kind is not None and (kind != _OP or event.name in shaped):
+            if kind == _OP:
+                picked[_HOST_OP].append(index)
+                if event.name in shaped:
+                    picked[_OP].append(index)
+            elif kind is not None:
                 picked[kind].append(index)
+            elif event.cat == _PYTHON_FUNCTION and type(event.name) is str and event.name.endswith("execute_model") \
+                    and step_function.search(event.name):
+                picked[_STEP_FUNCTION].append(index)
     kernel_index = sorted(picked[_KERNEL] + picked[_RANGE_PROFILER])
     kept = {kind: [events[i] for i in index] for kind, index in
-            ((_KERNEL, kernel_index), (_RUNTIME, picked[_RUNTIME]), (_ANNOTATION, picked[_ANNOTATION]),
-             (_TRANSFER, picked[_TRANSFER]))}
+            ((_KERNEL, kernel_index), (_RUNTIME, picked[_RUNTIME]),
+             (_ANNOTATION, sorted(picked[_ANNOTATION] + picked[_STEP_FUNCTION])), (_TRANSFER, picked[_TRANSFER]))}
     times = {kind: _times(group) for kind, group in kept.items()}
     named = all(_all_strings(kept[kind]) for kind in (_KERNEL, _ANNOTATION, _TRANSFER))
     if not named or any(t is None for t in times.values()):
@@ -228,6 +242,7 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     if len(range_events):
         arrays = {"thread": np.array([_thread(threads, e) for e in range_events], dtype=np.int64),
                   "start_ns": range_start, "end_ns": range_end.values,
+                  # A step function's range names the step; it does not re-home the kernels under it.
                   "nests": np.array([e.cat == "user_annotation" for e in range_events], dtype=bool),
                   "name": np.array(ranges["name"], dtype=object), "id": ranges["id"]}
         nested, found = range_paths(arrays, kernel_corr, call_corr, call_thread, call_time)
@@ -240,6 +255,7 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     ops, op_of_kernel = _ops([events[i] for i in picked[_OP]], threads, kernel_corr, call_corr, call_thread,
                              call_time)
     kernels["op_id"] = Column(np.maximum(op_of_kernel, 0), op_of_kernel < 0)
+    host_ops = _host_ops([events[i] for i in picked[_HOST_OP]])
 
     transfer_events = kept[_TRANSFER]
     transfer_args = _arguments(transfer_events)
@@ -265,7 +281,8 @@ def _read(path: Any, events: list[_Event], doc: dict[str, Any]) -> TraceTables:
     return build(path, kernels=kernels, ranges=ranges, ops=ops,
                  metrics={"kernel_id": [m[0] for m in metrics], "metric": [m[1] for m in metrics],
                           "value": [m[2] for m in metrics]},
-                 transfers=transfers, devices=with_cards(devices, notes=notes), api_calls=api_calls, meta=meta)
+                 transfers=transfers, devices=with_cards(devices, notes=notes), api_calls=api_calls,
+                 host_ops=host_ops, meta=meta)
 
 
 def _api_calls(names: np.ndarray, kinds: np.ndarray, start: np.ndarray, end: Column, duration: np.ndarray,
@@ -310,6 +327,20 @@ def _ops(events: list[_Event], threads: dict[tuple[str, str], int], kernel_corr:
               "id": ops["id"]}
     _, found = range_paths(arrays, kernel_corr, call_corr, call_thread, call_time)
     return ops, found
+
+
+def _host_ops(events: list[_Event]) -> dict[str, Any]:
+    """Every CPU op's name, time and thread (``host_ops``), arguments unread; an op the reader's checks refuse is
+    left out, as in :func:`_ops`."""
+    good = [e for e in events if type(e.name) is str]
+    times = _times(good)
+    if times is None:  # a value no profiler writes somewhere: keep the ops that pass one by one
+        good = [e for e in good if _readable(e)]
+        times = _times(good) if good else (np.zeros(0, dtype=np.int64), np.zeros(0))
+    start, duration = times
+    return {"id": np.arange(len(good), dtype=np.int64), "name": [e.name for e in good], "start_ns": start,
+            "end_ns": _end(start, duration).values, "duration_ns": duration,
+            "process": [int_or_none(e.pid) for e in good], "thread": [int_or_none(e.tid) for e in good]}
 
 
 def _readable(event: _Event) -> bool:

@@ -182,6 +182,10 @@ def report_markdown(report: Report, details: int = 5, images: dict[str, str] | N
         if k.stored_rules:
             lines += ["Nsight Compute's own analysis (rule results stored in the file):", ""]
             lines += [f"- {md(rule.text())}" for rule in k.stored_rules] + [""]
+    if report.steps is not None:
+        from iotrace.trace.render.steps import steps_markdown
+
+        lines += steps_markdown(report.steps)
     line = report.timeline
     if line is not None:
         lines += ["## Timeline (measured)", ""]

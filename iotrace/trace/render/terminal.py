@@ -439,13 +439,19 @@ def print_report(console: Console, report: Report, details: int = DETAILS, names
     _header(console, report)
     _where_time_goes(console, report)
     _top_findings(console, report, keys)
+    if report.steps is not None:  # an engine's steps against the wall: the question the trace was recorded for
+        from iotrace.trace.render.steps import print_steps
+
+        print_steps(console, report.steps)
     console.print()
     if report.kernels:
         _summary(console, report, keys)
     else:
         gap = next((n for n in report.notes if n.startswith(("GPU activity was not captured",
                                                             "the export has no CUDA trace"))), None)
-        console.print("  no kernels in this trace" + (f": {escape(gap)}" if gap else ""))
+        host = report.tables.rows("host_ops")
+        cpu_only = f": a CPU-only trace ({host} CPU ops, no GPU activity)" if host and not gap else ""
+        console.print("  no kernels in this trace" + (f": {escape(gap)}" if gap else cpu_only))
     for k in report.kernels[:details]:
         _kernel_detail(console, report, k, keys)
     if len(report.kernels) > details:
