@@ -1,11 +1,12 @@
 """iotrace's own reference decoder (iotrace.model.decoder): the GGUF dequantised to the request's dtype, the torch
-ops on a CPU, the Triton kernels (with their CUDA graph) on a GPU; the runner's clock, synchronised on a GPU."""
+ops on a CPU, the Triton kernels (with their CUDA graph) on a GPU; the runner's clock, synchronised on a GPU. With
+``profile``, one more repetition recorded by the torch profiler (engine_common.torch_profiler)."""
 
 from __future__ import annotations
 
 import time
 
-from engine_common import Clock, Rep, same_tokens, work
+from engine_common import PROFILED_REPS, Clock, Rep, StepRanges, profile_result, same_tokens, torch_profiler, work
 
 
 def run(request: dict, failure: type[Exception]) -> dict:
@@ -39,31 +40,51 @@ def run(request: dict, failure: type[Exception]) -> dict:
         if on_gpu:
             torch.cuda.synchronize()
 
-    runs, records, top2 = [], [], []
+    steps = StepRanges(torch)
     decoder = Decoder(weights, ops, 1, len(prompt) + gen + 1)
     ids = torch.tensor([prompt], dtype=torch.int64)
-    for rep in range(reps + 1):  # rep 0 is the discarded warm-up (Triton compiles there)
+
+    def repetition(keep_top2: bool) -> tuple[list[int], Rep, list]:
         decoder.reset()
         sync()
         clock = Clock()
-        logits = decoder.prefill(ids)
-        current = logits.argmax(-1)
-        sync()
+        # Each range holds what the clock times for that token (the forward, the greedy choice, the token on the
+        # host), so a step read from the trace is the step the runner timed.
+        with steps("prefill", 1, len(prompt), len(prompt)):
+            logits = decoder.prefill(ids)
+            current = logits.argmax(-1)
+            sync()
         record = Rep(prefill_s=clock.lap())
         tokens = [int(current[0])]
-        rows = [logits[0].float().topk(2)] if rep == 1 else []
-        for _ in range(gen):
-            logits = decoder.decode(current)
-            current = logits.argmax(-1)
-            tokens.append(int(current[0]))  # int() waits for the step: the mark follows the device
+        rows = [logits[0].float().topk(2)] if keep_top2 else []
+        for step in range(1, gen + 1):
+            with steps("decode", 1, 1, len(prompt) + step):
+                logits = decoder.decode(current)
+                current = logits.argmax(-1)
+                tokens.append(int(current[0]))  # int() waits for the step: the mark follows the device
             record.step_s.append(clock.lap())
-            if rep == 1:  # after the mark: the top two are not timed
+            if keep_top2:  # after the mark: the top two are not timed
                 rows.append(logits[0].float().topk(2))
+        return tokens, record, rows
+
+    runs, records, top2 = [], [], []
+    for rep in range(reps + 1):  # rep 0 is the discarded warm-up (Triton compiles there)
+        tokens, record, rows = repetition(rep == 1)
         if rep:
             runs.append(tokens)
             records.append(record)
         if rep == 1:
             top2 = [[int(i[0]), float(v[0]), int(i[1]), float(v[1])] for v, i in rows]
+    profile = None
+    if request.get("profile"):  # after the timed repetitions: their figures are the profiler's cost baseline
+        steps.reset()
+        profiled = []
+        with torch_profiler(torch, request["profile"], "iotrace") as trace:
+            for _ in range(PROFILED_REPS):
+                tokens, record, _ = repetition(False)
+                runs.append(tokens)
+                profiled.append(record)
+        profile = profile_result(trace, records, profiled, steps, "torch.profiler (this runner)")
     element = torch.tensor([], dtype=dtype).element_size()
     return {"build": {"engine": "iotrace", "version": iotrace.__version__, "torch": torch.__version__,
                       "mode": f"{kernels} kernels", "threads": torch.get_num_threads()},
@@ -71,5 +92,5 @@ def run(request: dict, failure: type[Exception]) -> dict:
             "weights": {"format": dtype_name, "as_stored": False, "params": weights.config.params,
                         "bytes": weights.weight_bytes, "kv_dtype": dtype_name, "kv_element_bytes": element},
             "load_s": load_s, "tokens": runs[0], "tokens_stable": same_tokens(runs),
-            "reps": [r.to_dict() for r in records], "top2": top2,
+            "reps": [r.to_dict() for r in records], "top2": top2, "profile": profile,
             "timing": {"prefill": "runner clock", "decode": "runner clock", "itl": "runner clock"}}

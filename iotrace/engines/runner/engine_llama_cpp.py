@@ -63,6 +63,11 @@ def run(request: dict, failure: type[Exception]) -> dict:
         if rep:
             runs.append(tokens)
             records.append(record)
+    # No torch here: llama.cpp's ggml kernels are not torch ops, and its CPU build marks no ranges a CPU trace
+    # could hold (a CUDA build's kernels are for Nsight Systems, on a GPU).
+    profile = ({"skipped": "llama.cpp runs ggml, not torch: no torch profiler trace of its CPU build (a CUDA "
+                           "build's kernels are traced with Nsight Systems on a GPU)"}
+               if request.get("profile") else None)
     info = llama_cpp.llama_print_system_info()
     return {"build": {"engine": "llama.cpp", "version": f"llama-cpp-python {llama_cpp.__version__}",
                       "system_info": info.decode() if isinstance(info, bytes) else str(info),
@@ -71,6 +76,6 @@ def run(request: dict, failure: type[Exception]) -> dict:
             "device": "cuda" if llama_cpp.llama_supports_gpu_offload() else "cpu",
             "weights": {"format": "as stored", "as_stored": True, "kv_dtype": "f16", "kv_element_bytes": 2},
             "load_s": load_s, "tokens": runs[0], "tokens_stable": same_tokens(runs),
-            "reps": [r.to_dict() for r in records], "top2": top2, "cpu_count": os.cpu_count(),
+            "reps": [r.to_dict() for r in records], "top2": top2, "cpu_count": os.cpu_count(), "profile": profile,
             "timing": {"prefill": "llama.cpp perf context (t_p_eval_ms, n_p_eval)",
                        "decode": "llama.cpp perf context (t_eval_ms, n_eval)", "itl": "runner clock"}}

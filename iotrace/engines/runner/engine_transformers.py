@@ -1,14 +1,15 @@
 """transformers, eager: the reference. It reads the GGUF converted by transformers' GGUF loader (the request's
 ``hf_folder``; the GGUF itself where none is given), dequantised to fp32 (or the request's dtype), and decodes with
 a DynamicCache one token a step; every time is the runner's clock. Like every engine module it returns, at each
-generated position of the first timed repetition, its top two tokens and their logits (``top2``)."""
+generated position of the first timed repetition, its top two tokens and their logits (``top2``). With ``profile``,
+one more repetition recorded by the torch profiler (engine_common.torch_profiler)."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from engine_common import Clock, Rep, same_tokens, work
+from engine_common import PROFILED_REPS, Clock, Rep, StepRanges, profile_result, same_tokens, torch_profiler, work
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -40,21 +41,33 @@ def run(request: dict, failure: type[Exception]) -> dict:
     model.to(device)
     load_s = time.perf_counter() - t0
     prompt, gen, reps = work(request)
+    steps = StepRanges(torch)
+
+    def repetition(keep_rows: bool) -> tuple[list[int], Rep, list]:
+        cache = DynamicCache()
+        clock = Clock()
+        # Each range holds what the clock times for that token (the forward, the greedy choice, the token on the
+        # host), so a step read from the trace is the step the runner timed.
+        with steps("prefill", 1, len(prompt), len(prompt)):
+            logits = model(torch.tensor([prompt], device=device), past_key_values=cache, use_cache=True).logits[0, -1]
+            tokens = [int(logits.argmax())]
+        record = Rep(prefill_s=clock.lap())
+        rows = [logits] if keep_rows else []
+        for step in range(1, gen + 1):
+            with steps("decode", 1, 1, len(prompt) + step):
+                logits = model(torch.tensor([[tokens[-1]]], device=device), past_key_values=cache,
+                               use_cache=True).logits[0, -1]
+                tokens.append(int(logits.argmax()))
+            record.step_s.append(clock.lap())
+            if keep_rows:
+                rows.append(logits)
+        return tokens, record, rows
+
     runs, records, top2 = [], [], []
+    profile = None
     with torch.inference_mode():
         for rep in range(reps + 1):  # rep 0 is the discarded warm-up
-            cache = DynamicCache()
-            clock = Clock()
-            logits = model(torch.tensor([prompt], device=device), past_key_values=cache, use_cache=True).logits[0, -1]
-            record = Rep(prefill_s=clock.lap())
-            rows = [logits]
-            tokens = [int(logits.argmax())]
-            for _ in range(gen):
-                step = torch.tensor([[tokens[-1]]], device=device)
-                logits = model(step, past_key_values=cache, use_cache=True).logits[0, -1]
-                tokens.append(int(logits.argmax()))
-                record.step_s.append(clock.lap())
-                rows.append(logits)
+            tokens, record, rows = repetition(rep == 1)
             if rep == 0:
                 continue
             runs.append(tokens)
@@ -63,6 +76,15 @@ def run(request: dict, failure: type[Exception]) -> dict:
                 for row in rows:
                     values, ids = torch.topk(row.float(), 2)
                     top2.append([int(ids[0]), float(values[0]), int(ids[1]), float(values[1])])
+        if request.get("profile"):  # after the timed repetitions: their figures are the profiler's cost baseline
+            steps.reset()
+            profiled = []
+            with torch_profiler(torch, request["profile"], "transformers") as trace:
+                for _ in range(PROFILED_REPS):
+                    tokens, record, _ = repetition(False)
+                    runs.append(tokens)
+                    profiled.append(record)
+            profile = profile_result(trace, records, profiled, steps, "torch.profiler (this runner)")
     params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return {"build": {"engine": "transformers", "version": transformers.__version__, "torch": torch.__version__,
@@ -71,5 +93,5 @@ def run(request: dict, failure: type[Exception]) -> dict:
             "weights": {"format": dtype_name, "as_stored": False, "params": params, "bytes": weight_bytes,
                         "kv_dtype": dtype_name},
             "load_s": load_s, "tokens": runs[0], "tokens_stable": same_tokens(runs),
-            "reps": [r.to_dict() for r in records], "top2": top2,
+            "reps": [r.to_dict() for r in records], "top2": top2, "profile": profile,
             "timing": {"prefill": "runner clock", "decode": "runner clock", "itl": "runner clock"}}
