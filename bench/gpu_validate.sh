@@ -59,3 +59,12 @@ if [ "${ENGINES:-1}" != 0 ]; then
   $py -c 'import json, sys; from iotrace.render.engines import engines_text; print(engines_text(json.load(open(sys.argv[1]))))' \
     "$out/engines.json" | tee "$out/engines.txt"
 fi
+
+# Where the tok/s went (issue 43): one profiled run per engine that can be traced, each trace read step by step;
+# every step found and every waterfall summing to its step (bench/check_waterfalls.py). The pinned model, not yet an
+# 8B-class shape: the runners load real weights only (random weights / vLLM load_format="dummy" are still to come).
+if [ "${ENGINES:-1}" != 0 ]; then
+  IOTRACE_ENGINES=.engines-gpu $py -m iotrace bench --engine iotrace --engine transformers --engine vllm \
+    --gen-tokens 32 --reps 1 --profile "$out/engine-traces" --json > "$out/engines-profiled.json"
+  $py bench/check_waterfalls.py "$out/engine-traces" | tee "$out/waterfalls.txt"
+fi

@@ -46,13 +46,21 @@ def waterfall_rows(report: StepReport, phase_index: int) -> list[tuple[str, ...]
             continue
         floor = ""
         if category == "gemm" and phase.gemm_floor_pct is not None:
-            floor = f"{phase.gemm_floor_pct:.0f}% of the weights' byte floor"
+            floor = _floor(phase.gemm_floor_pct, "the weights' byte floor")
         elif category == "attention" and phase.attention_floor_pct is not None:
-            floor = f"{phase.attention_floor_pct:.0f}% of the KV bytes' floor"
+            floor = _floor(phase.attention_floor_pct, "the KV bytes' floor")
         rows.append((report.labels[category], _num(ns / 1e6 / phase.steps), f"{100 * phase.share(category):.1f}%",
                      floor))
     rows.append(("the step (sum)", _num(phase.span_ns / 1e6 / phase.steps), "100.0%", ""))
     return rows
+
+
+def _floor(pct: float, what: str) -> str:
+    """A category's time against its byte floor; never above 100%: faster than the floor means the bandwidth given
+    is below what the machine reached (a copy loop on a loaded machine, or weights that stay in cache)."""
+    if pct > 100:
+        return f"faster than {what} at this bandwidth: the bandwidth is understated"
+    return f"{pct:.0f}% of {what}"
 
 
 def _footer(report: StepReport) -> list[str]:
