@@ -259,6 +259,9 @@ def _cmd_bench(args: argparse.Namespace) -> None:
 
 
 def _cmd_bench_or_engines(args: argparse.Namespace) -> None:
+    if args.profile is not None and not args.engine:
+        raise InvalidValueError("--profile records the engines' traces: it needs --engine",
+                                "add --engine iotrace (iotrace's own decoder) or the engines to trace")
     if args.engine:
         check_engine_options(args)  # before the bench's own checks, so a refusal names --engine
         run_engines(args, _request(args), _card(args.card))

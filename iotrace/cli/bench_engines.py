@@ -12,7 +12,8 @@ from iotrace.errors import InvalidValueError, IotraceError
 if TYPE_CHECKING:
     from iotrace.cards import Card
 
-__all__ = ["EngineRunsFailedError", "add_engine_options", "check_engine_options", "run_engines"]
+__all__ = ["EngineRunsFailedError", "add_engine_options", "check_engine_options", "engine_waterfall", "profile_folder",
+           "run_engines"]
 
 
 class EngineRunsFailedError(IotraceError):
@@ -41,6 +42,12 @@ def add_engine_options(bench: argparse.ArgumentParser) -> None:
                        help="N requests submitted at once (vllm only; default 1)")
     group.add_argument("--threads", type=count_at_least(1), metavar="N",
                        help="CPU threads given to every engine (default: all cores)")
+    group.add_argument("--profile", nargs="?", const="", type=str, metavar="DIR",
+                       help="after the timed repetitions, one more recorded with the torch profiler (vLLM: its own) "
+                            "into DIR/<engine>.pt.trace.json.gz, with DIR/manifest.json (the model and this run's "
+                            "copy-loop bandwidth, for `iotrace report TRACE`) and each engine's decode tok/s with and "
+                            "without the profiler; llama.cpp says why it has none (default DIR: "
+                            "./iotrace-profile-<timestamp>)")
 
 
 #: Options of the model bench an engine comparison does not take, with what to do instead.
@@ -74,11 +81,40 @@ def _comparison(args: argparse.Namespace, request: Any):
     from iotrace.engines.compare import EngineComparison
     from iotrace.model.gguf_file import pinned_gguf
 
+    profile = profile_folder(args.profile)  # first: a bad folder is refused before the tokenizer loads
     gguf = args.gguf if args.gguf is not None else pinned_gguf()
     ids, source = _prompt(args, request, gguf)
     return EngineComparison(engines=tuple(args.engine), gguf=Path(gguf), prompt_ids=tuple(ids), prompt_source=source,
                             gen_tokens=args.gen_tokens, reps=args.reps, concurrency=args.concurrency,
-                            dtype=args.dtype, threads=args.threads)
+                            dtype=args.dtype, threads=args.threads, profile=profile)
+
+
+def profile_folder(given: str | None) -> Path | None:
+    """``--profile [DIR]``: the folder, made and checked writable before any engine runs (None without the flag);
+    ``./iotrace-profile-<timestamp>`` where no DIR is given (``bench`` writes its result to stdout, so there is no
+    result file to put it beside)."""
+    if given is None:
+        return None
+    from iotrace.engines.profiling import default_folder, prepare_folder
+
+    return prepare_folder(Path(given) if given else default_folder())
+
+
+def engine_waterfall(trace: Path, manifest: Path) -> dict[str, Any] | None:
+    """Where one engine's profiled steps went: the trace reader's ``waterfall_of_trace(trace, manifest)``
+    (iotrace.trace.reports.waterfall) where this iotrace has it, its answer kept as the row's ``waterfall`` and shown
+    in the table (the decode phase's ``pct_of_wall`` and its two largest categories other than the matrix products and
+    attention, from ``phases[].categories_ns`` over ``span_ns`` as ``StepReport.to_dict`` holds them); None where no
+    analysis is available. An analysis that refuses the trace is ``{"error": line}``: the bench's own figures stand."""
+    from iotrace.trace.reports import waterfall
+
+    analyse = getattr(waterfall, "waterfall_of_trace", None)
+    if analyse is None:
+        return None
+    try:
+        return analyse(trace, manifest)
+    except IotraceError as exc:
+        return {"error": str(exc)}
 
 
 def _prompt(args: argparse.Namespace, request: Any, gguf: Path) -> tuple[list[int], str]:
@@ -97,6 +133,19 @@ def _prompt(args: argparse.Namespace, request: Any, gguf: Path) -> tuple[list[in
     return prompt_ids(request, gguf_tokenizer(gguf), 0), source
 
 
+def _analyse_profiles(data: dict[str, Any], folder: Path) -> None:
+    """Each traced engine's waterfall (:func:`engine_waterfall`) into its row, then the whole comparison beside the
+    traces (``bench-engines.json``)."""
+    from iotrace.engines.profiling import write_result
+
+    manifest = Path(data["profile"]["manifest"])
+    for row in data["engines"]:
+        trace = (row.get("profile") or {}).get("trace")
+        if trace:
+            row["waterfall"] = engine_waterfall(Path(trace), manifest)
+    write_result(folder, data)
+
+
 def run_engines(args: argparse.Namespace, bench_request: Any, card: Card | None) -> None:
     """``iotrace bench --engine ...``: the table (or JSON) of every engine that ran; then, if any gave no result,
     one line each on stderr and exit 2. ``bench_request``: the bench's reading of the prompt options."""
@@ -107,6 +156,8 @@ def run_engines(args: argparse.Namespace, bench_request: Any, card: Card | None)
     request = _comparison(args, bench_request)
     with progress_lines("bench --engine") as say:  # a line per phase on stderr; stdout stays the result
         data = compare_engines(request, card, say)
+        if request.profile is not None:
+            _analyse_profiles(data, request.profile)
     emit(args, data, lambda: print(engines_text(data), end=""))
     sys.stdout.flush()
     failed = [row for row in data["engines"] if not row["ok"]]

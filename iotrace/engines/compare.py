@@ -53,6 +53,8 @@ class EngineComparison:
     dtype: str | None = None
     #: threads every CPU engine is given (None: the machine's cores)
     threads: int | None = None
+    #: ``--profile``: the folder each traceable engine writes its trace into (made and checked by the caller)
+    profile: Path | None = None
 
 
 def _spread(values: list[float]) -> dict[str, Any]:
@@ -153,6 +155,7 @@ def compare_engines(request: EngineComparison, card: Card | None,
 
     from iotrace.engines.hf_folder import hf_folder
     from iotrace.engines.launch import engines_dir
+    from iotrace.engines.profiling import profile_cost, profile_manifest, write_manifest
     from iotrace.model.copy_bandwidth import copy_bandwidth_bytes_per_s
     from iotrace.model.gguf_file import open_gguf
     from iotrace.model.measure import bench_manifest
@@ -171,6 +174,8 @@ def compare_engines(request: EngineComparison, card: Card | None,
     for spec in request.engines:
         progress(f"{spec.name}: loading and running ({request.reps} repetitions after a warm-up)")
         extra = {"concurrency": request.concurrency} if spec.name == "vllm" else {}
+        if request.profile is not None:
+            extra["profile"] = str(request.profile)
         run = run_engine(spec, {**base, **extra})
         runs.append(run)
         if spec.name == "transformers" and run.ok and reference is None:
@@ -201,11 +206,13 @@ def compare_engines(request: EngineComparison, card: Card | None,
                        walls=_walls(figures, weights, result["device"], batch, context, config, bandwidth, card),
                        agreement=agreement(result["tokens"], ref_tokens, ref_top2, result.get("top2", []))
                        if ref_tokens else None)
+            if result.get("profile"):
+                row["profile"] = {**result["profile"], "cost": profile_cost(result["profile"])}
         rows.append(row)
     labels = []
     if any(r.get("device") == "cpu" for r in rows):
         labels.append("CPU figures of each engine's CPU build (no GPU here): not GPU results")
-    return {"schema": "iotrace.bench-engines/1",
+    data = {"schema": "iotrace.bench-engines/1",
             "model": {"name": config.name, "gguf": str(request.gguf), "file_type": gguf.file_type,
                       "params": config.params, "stored_bytes": stored, "hf_folder": str(folder)},
             "prompt": {"tokens": len(request.prompt_ids), "ids": list(request.prompt_ids),
@@ -217,4 +224,8 @@ def compare_engines(request: EngineComparison, card: Card | None,
             "reference": {"engine": "transformers", "python": reference.python, "ok": reference.ok,
                           "error": reference.error, "tokens": ref_tokens, "top2": ref_top2},
             "engines": rows, "labels": labels,
-            "manifest": bench_manifest(request, card)}
+            "manifest": bench_manifest(request, card), "profile": None}
+    if request.profile is not None:  # the manifest beside the traces, for a later `iotrace report TRACE`
+        manifest = write_manifest(request.profile, profile_manifest(data, config, bandwidth))
+        data["profile"] = {"folder": str(request.profile), "manifest": str(manifest)}
+    return data

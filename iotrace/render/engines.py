@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["engines_rows", "engines_text"]
+__all__ = ["engines_rows", "engines_text", "profile_lines"]
 
 _COLUMNS = ("engine", "device", "weights read", "MB/token", "decode tok/s", "wall here", "% of wall", "card wall",
             "prefill tok/s", "TTFT ms", "ITL p50/p90/p99 ms", "tokens vs transformers")
@@ -58,6 +58,54 @@ def engines_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+def _largest_gaps(decode: dict[str, Any], labels: dict[str, str]) -> str:
+    """The two largest categories of a decode step's time other than the matrix products and attention (whose floor
+    the wall is), with their share of the step."""
+    span = decode.get("span_ns") or 0
+    parts = sorted(((ns, c) for c, ns in (decode.get("categories_ns") or {}).items()
+                    if c not in ("gemm", "attention") and ns), reverse=True)[:2]
+    return ", ".join(f"{labels.get(c, c)} {100 * ns / span:.0f}%" for ns, c in parts) if span else "n/a"
+
+
+def _waterfall_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """(trace % of wall, largest gaps) of a row's waterfall (``StepReport.to_dict``'s shape), for the table."""
+    flow = row.get("waterfall")
+    if not flow:
+        return "n/a", "n/a"
+    if flow.get("error"):
+        return "n/a", f"not analysed: {flow['error']}"
+    decode = next((p for p in flow.get("phases") or [] if p.get("phase") == "decode"), None)
+    if decode is None:
+        return "n/a", "no decode step found"
+    pct = decode.get("pct_of_wall")
+    return ("n/a" if pct is None else f"{pct:.0f}%"), _largest_gaps(decode, flow.get("categories") or {})
+
+
+def profile_lines(data: dict[str, Any]) -> list[str]:
+    """``--profile``: the folder, then per engine its trace and the profiler's cost (decode tok/s without and with it,
+    from the same run), or why it has no trace."""
+    profile = data.get("profile")
+    if not profile:
+        return []
+    lines = [f"profiles in {profile['folder']} (with manifest.json: the model and this run's copy-loop bandwidth, for "
+             "`iotrace report TRACE`):"]
+    for row in data["engines"]:
+        got = row.get("profile")
+        if not row["ok"] or not got:
+            continue
+        if got.get("skipped"):
+            lines.append(f"  {row['engine']}: no trace: {got['skipped']}")
+            continue
+        steps = ", ".join(f"{phase} {n}" for phase, n in got["steps_run"].items())
+        cost = got.get("cost")
+        said = ("profiler cost: n/a (a decode rate is missing)" if cost is None else
+                f"profiler cost: decode {cost['decode_tok_s_unprofiled']:.1f} tok/s without, "
+                f"{cost['decode_tok_s_profiled']:.1f} with ({cost['change_pct']:+.0f}%)")
+        lines.append(f"  {row['engine']}: {got['trace']} · {said}; {got['reps']} profiled repetition(s) after "
+                     f"{data['work']['reps']} without · steps run: {steps}")
+    return lines
+
+
 def _details(row: dict[str, Any]) -> str:
     if not row["ok"]:
         return f"{row['engine']}: no result ({row['python']}): {row['error']}"
@@ -89,8 +137,13 @@ def engines_text(data: dict[str, Any]) -> str:
             "memory bandwidth of a copy loop in this run: " + (", ".join(
                 f"{device.upper()} {gbs:.1f} GB/s" for device, gbs in data["bandwidth_gbs"].items() if gbs)
                 or "not measured (no engine ran)")]
-    rows = [_COLUMNS, *engines_rows(data)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+    columns, rows = _COLUMNS, engines_rows(data)
+    if any(row.get("waterfall") for row in data["engines"]):  # the traces were analysed: where each step went
+        columns = (*_COLUMNS, "trace % of wall", "largest gaps (decode)")
+        rows = [(*cells, *_waterfall_cells(row)) for cells, row in zip(rows, [r for r in data["engines"] if r["ok"]],
+                                                                      strict=True)]
+    rows = [columns, *rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
     table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     ref = data["reference"]
     ref_line = (f"tokens vs transformers: each engine's {work['gen_tokens'] + 1} greedy token ids against "
@@ -103,4 +156,5 @@ def engines_text(data: dict[str, Any]) -> str:
              "against the copy bandwidth above; card wall: the same bytes at the card's CardBook bandwidth",
              ref_line]
     details = [_details(row) for row in data["engines"]]
-    return "\n".join([*head, "", *table, "", *notes, "", *details]) + "\n"
+    profiles = profile_lines(data)
+    return "\n".join([*head, "", *table, "", *([*profiles, ""] if profiles else []), *notes, "", *details]) + "\n"
