@@ -154,6 +154,16 @@ def add_report_sections(note: Note, report: Any, prefix: str, images: bool = Tru
     """The kernel table, the identities per kernel, the figures, occupancy and findings as sections of ``note``."""
     from iotrace.trace.render.figures import roofline_figure, stalls_figure
 
+    if report.steps is not None:
+        from iotrace.trace.render.steps import steps_markdown
+
+        note.add(f"{prefix}-steps", "Where the tok/s went", "\n".join(steps_markdown(report.steps)[2:]))
+    if not report.kernels:  # a CPU-only trace: no kernel to tabulate, and saying so beats four empty sections
+        host = report.tables.rows("host_ops")
+        what = f"a CPU-only trace ({host} CPU ops, no GPU activity)" if host else "no GPU kernels in this trace"
+        note.add(f"{prefix}-kernels", "The kernels", f"None: {what}.")
+        note.add(f"{prefix}-findings", "Findings", findings_list(report.findings))
+        return
     note.add(f"{prefix}-kernels", "The kernels", kernel_table(report))
     worked = "\n\n".join(f"**#{k.kernel_id} {_md(k.name, 90)}**\n\n{identities_for(k)}"
                          for k in report.kernels[:MAX_KERNELS])

@@ -19,6 +19,7 @@ import pandas as pd
 
 from iotrace.trace.findings.rule import Rule
 from iotrace.trace.reports.records import Evidence, Finding, Gain
+from iotrace.trace.reports.step_report import INFERENCE_OVERLAP
 from iotrace.trace.reports.time_split import union_ns
 from iotrace.trace.reports.timeline import MEMCPY_SHARE, Timeline
 from iotrace.trace.reports.vendor import Vocabulary, vocabulary_of
@@ -47,6 +48,8 @@ class TimelineFacts:
 
     line: Timeline
     tables: TraceTables
+    #: True where the trace is an inference engine's (its steps were found): advice about training does not fit it.
+    inference: bool = False
 
     @property
     def vocab(self) -> Vocabulary:
@@ -270,11 +273,16 @@ def _launch_bound(facts: TimelineFacts) -> list[Finding]:
     if split is None or split.per_kernel.empty:
         return []
     out = []
+    graph_starts = _graph_kernel_starts(facts.tables)
     for device, rows in split.per_kernel.groupby("device", sort=True):
         rows = rows.sort_values("start", kind="stable")
         short = ((rows["end"] - rows["start"]) < rows["api_ns"]).to_numpy()
-        # Runs of consecutive short kernels: a run id that changes at every long kernel.
-        run = np.cumsum(~short)
+        # Runs of consecutive short kernels: a run id that changes at every long kernel, and wherever a CUDA graph's
+        # kernels ran between two of them (the graph's work is not launch-bound; the split leaves graph kernels out).
+        starts = rows["start"].to_numpy()
+        graphs = graph_starts.get(int(device), np.zeros(0, dtype=np.int64))
+        between = np.searchsorted(graphs, starts) - np.searchsorted(graphs, np.concatenate([starts[:1], starts[:-1]]))
+        run = np.cumsum(~short | (between > 0))
         spans, inside, kernels = 0.0, 0.0, 0
         for _, members in rows[short].groupby(run[short]):
             if len(members) < LAUNCH_BOUND_RUN:
@@ -300,6 +308,17 @@ def _launch_bound(facts: TimelineFacts) -> list[Finding]:
     return out
 
 
+def _graph_kernel_starts(tables: TraceTables) -> dict[int, np.ndarray]:
+    """Per device, the sorted start times of the kernels CUDA graphs ran."""
+    graph = tables.column("kernels", "graph_launch_id")
+    ran = ~np.isnan(graph)
+    if not ran.any():
+        return {}
+    device = np.nan_to_num(tables.column("kernels", "device")[ran], nan=-1).astype(np.int64)
+    start = np.nan_to_num(tables.column("kernels", "start_ns")[ran], nan=-1).astype(np.int64)
+    return {int(d): np.sort(start[device == d]) for d in np.unique(device)}
+
+
 LAUNCH_BOUND = Rule("launch-bound", "timeline", f"{LAUNCH_BOUND_RUN} or more consecutive kernels, each shorter than "
                     "its launch API call", "HTA kernel-launch overhead analysis (facebookresearch/"
                     "HolisticTraceAnalysis); the run length is iotrace's", _launch_bound, scope="timeline",
@@ -319,6 +338,7 @@ def _exposed(facts: TimelineFacts) -> list[Finding]:
                                        "the span) with no compute kernel beside them: exposed, not overlapped.",
                            (Evidence("exposed communication share", round(row["communication_share"], 3),
                                      f">= {EXPOSED_SHARE} (iotrace; HTA's communication-computation overlap)"),),
+                           INFERENCE_OVERLAP if facts.inference else
                            "Overlap the collectives with compute: bucket gradients so all-reduce starts during the "
                            "backward pass (DDP bucket_cap_mb), or prefetch (FSDP forward/backward prefetch); check "
                            "for a slow rank the others wait for (iotrace report across the ranks).", "measured",

@@ -296,7 +296,9 @@ def _timeline(console: Console, report: Report, keys: NameKeys) -> None:
         console.print(table)
         _legend(console, keys)
     if len(line.ranges):
-        table = _table("Time per NVTX range")
+        # Kineto's ranges are record_function annotations (user_annotation), not NVTX: name them as the file has them.
+        kineto = str(report.meta.get("format") or "").startswith("kineto")
+        table = _table("Time per record_function range" if kineto else "Time per NVTX range")
         for col, width in (("range", 20), ("count", 5), ("wall", 9), ("kernel time (incl.)", 11)):
             _column(console, table, col, justify="left" if col == "range" else "right",
                     ratio=1 if col == "range" else None, overflow="ellipsis", no_wrap=True, min_width=width)

@@ -30,7 +30,8 @@ from iotrace.trace.reports.waterfall import Waterfall, waterfall
 if TYPE_CHECKING:
     from iotrace.trace.tables import TraceTables
 
-__all__ = ["Machine", "PhaseFigures", "StepModel", "StepOptions", "StepReport", "machine_of", "step_report"]
+__all__ = ["INFERENCE_OVERLAP", "Machine", "PhaseFigures", "StepModel", "StepOptions", "StepReport", "machine_of",
+           "step_report"]
 
 #: A finding is drawn for a category at this share of a phase's step time or more (below it, a tenth of the time is
 #: within the run-to-run spread of a 2-core CPU run and of GPU step jitter: the H100 trace's decode steps vary ±4%).
@@ -274,6 +275,12 @@ def _phase(steps: Steps, flow: Waterfall, phase: str, model: StepModel | None,
     return figures
 
 
+#: Exposed communication in an inference engine: tensor parallelism's all-reduce after each layer is on the critical
+#: path of every step (no backward pass to hide it in, as training's bucketed all-reduce has).
+INFERENCE_OVERLAP = ("The tensor-parallel all-reduce after each layer waits on the step's critical path: use the "
+                     "engine's faster collectives (vLLM's custom all-reduce, one-shot or symmetric-memory all-reduce, "
+                     "an all-reduce fused with the next RMSNorm), a lower TP degree where the model fits, or check for "
+                     "a slow rank the others wait for (iotrace report across the ranks).")
 #: category -> (rule id, what to try), for the findings the waterfall draws.
 _ADVICE = {
     "idle": ("step-launch-overhead",
@@ -282,8 +289,7 @@ _ADVICE = {
     "host_between": ("step-host-between",
                      "overlap the scheduler and sampling with the device (vLLM: async scheduling), or batch more "
                      "requests per step so the host cost is shared"),
-    "communication": ("step-exposed-communication",
-                      "overlap the all-reduce with compute, or use a faster collective (custom/one-shot all-reduce)"),
+    "communication": ("step-exposed-communication", INFERENCE_OVERLAP),
     "other": ("step-unrecognised", "name what these are; if they are the model's, fuse them"),
     "copy": ("step-copies", "keep tensors on the device and in place; avoid per-step host copies"),
     "elementwise": ("step-elementwise", "fuse normalisation, rotary and activation into their neighbours"),
