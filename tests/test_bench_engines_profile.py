@@ -91,7 +91,11 @@ def test_the_profilers_cost_and_the_result_it_makes() -> None:
     result = engine_common.profile_result("/x/vllm.pt.trace.json.gz", timed, profiled, steps, "torch")
     assert (result["reps"], result["decode_tok_s_profiled"]) == (engine_common.PROFILED_REPS, pytest.approx(8.0))
     cost = profile_cost(result)
-    assert cost["change_pct"] == pytest.approx(100 * (8.0 / 7.5 - 1))
+    assert cost["change_pct"] == pytest.approx(100 * (8.0 / 7.5 - 1)) and cost["noise_pct"] is None
+    # against the timed steps (0.1, 0.1, 0.2, 0.2 s: mean 0.15, variance 0.01/3) the profiled ones (0.125 s each) are
+    # within two standard errors of the difference of the means: 2 * sqrt(0.01/3/4 + 0) = 0.0577 s, 38% of 0.15 s
+    cost = profile_cost(result, [r.to_dict() for r in timed])
+    assert cost["noise_pct"] == pytest.approx(100 * 2 * (0.01 / 3 / 4) ** 0.5 / 0.15) and cost["within_noise"]
     assert profile_cost({"skipped": "no torch"}) is None
 
 
@@ -160,7 +164,8 @@ def test_the_table_shows_each_traces_cost_and_its_waterfall() -> None:
            "rerun": "echo", "python": "python",
            "environment": {"python": "python", "python_version": "3.11", "distributions": 1, "freeze_sha256": "0" * 64},
            "profile": {"trace": "/p/vllm.pt.trace.json.gz", "reps": 1, "steps_run": {"prefill": 1, "decode": 4},
-                       "cost": {"decode_tok_s_unprofiled": 7.5, "decode_tok_s_profiled": 6.0, "change_pct": -20.0}},
+                       "cost": {"decode_tok_s_unprofiled": 7.5, "decode_tok_s_profiled": 6.0, "change_pct": -20.0,
+                                "noise_pct": 8.4, "within_noise": False}},
            "waterfall": {"categories": {"idle": "Python and framework time outside any op", "gemm": "GEMM",
                                         "host_between": "host between steps", "elementwise": "norm"},
                          "phases": [{"phase": "decode", "pct_of_wall": 24.6, "span_ns": 1000,
@@ -172,8 +177,8 @@ def test_the_table_shows_each_traces_cost_and_its_waterfall() -> None:
             "bandwidth_gbs": {"cpu": 16.0}, "reference": {"ok": True}, "engines": [row, skipped],
             "profile": {"folder": "/p", "manifest": "/p/manifest.json"}}
     text = engines_text(data)
-    assert ("  vllm: /p/vllm.pt.trace.json.gz · profiler cost: decode 7.5 tok/s without, 6.0 with (-20%); 1 profiled "
-            "repetition(s) after 3 without · steps run: prefill 1, decode 4") in text
+    assert ("  vllm: /p/vllm.pt.trace.json.gz · profiler cost: decode 7.5 tok/s without, 6.0 with (-20%, noise ±8%); 1 "
+            "profiled repetition(s) after 3 without · steps run: prefill 1, decode 4") in text
     assert "  llama.cpp: no trace: llama.cpp runs ggml" in text
     head, vllm_line = [line for line in text.splitlines() if line.startswith(("engine ", "vllm "))][:2]
     assert head.rstrip().endswith("trace % of wall  largest gaps (decode)")

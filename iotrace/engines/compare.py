@@ -207,7 +207,7 @@ def compare_engines(request: EngineComparison, card: Card | None,
                        agreement=agreement(result["tokens"], ref_tokens, ref_top2, result.get("top2", []))
                        if ref_tokens else None)
             if result.get("profile"):
-                row["profile"] = {**result["profile"], "cost": profile_cost(result["profile"])}
+                row["profile"] = {**result["profile"], "cost": profile_cost(result["profile"], result["reps"])}
         rows.append(row)
     labels = []
     if any(r.get("device") == "cpu" for r in rows):

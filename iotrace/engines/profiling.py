@@ -52,14 +52,25 @@ def prepare_folder(folder: Path) -> Path:
     return folder.resolve()
 
 
-def profile_cost(profile: dict[str, Any]) -> dict[str, Any] | None:
-    """Decode tok/s without and with the profiler, and the change in percent (negative: slower with it); None where
-    the engine wrote no trace or either rate is missing."""
+def profile_cost(profile: dict[str, Any], timed: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """Decode tok/s without and with the profiler and the change in percent (negative: slower with it); with the timed
+    repetitions' records (``step_s`` per repetition), the noise that change is read against: two standard errors of
+    the difference of the mean decode step time, profiled against unprofiled (Welch's, over the steps), in percent of
+    the unprofiled mean step. None where the engine wrote no trace or either rate is missing."""
+    import statistics
+
     before, after = profile.get("decode_tok_s_unprofiled"), profile.get("decode_tok_s_profiled")
     if not before or not after:
         return None
-    return {"decode_tok_s_unprofiled": before, "decode_tok_s_profiled": after,
-            "change_pct": 100.0 * (after / before - 1.0)}
+    out: dict[str, Any] = {"decode_tok_s_unprofiled": before, "decode_tok_s_profiled": after,
+                           "change_pct": 100.0 * (after / before - 1.0), "noise_pct": None, "within_noise": None}
+    plain = [s for r in timed or [] for s in r["step_s"]]
+    traced = [s for r in profile.get("profiled_reps") or [] for s in r["step_s"]]
+    if len(plain) > 1 and len(traced) > 1:
+        se = (statistics.variance(plain) / len(plain) + statistics.variance(traced) / len(traced)) ** 0.5
+        out["noise_pct"] = 100.0 * 2 * se / statistics.fmean(plain)
+        out["within_noise"] = abs(statistics.fmean(traced) - statistics.fmean(plain)) <= 2 * se
+    return out
 
 
 def _wall(row: dict[str, Any], config: Any, bandwidth: dict[str, float | None]) -> dict[str, Any]:

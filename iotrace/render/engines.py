@@ -81,6 +81,14 @@ def _waterfall_cells(row: dict[str, Any]) -> tuple[str, str]:
     return ("n/a" if pct is None else f"{pct:.0f}%"), _largest_gaps(decode, flow.get("categories") or {})
 
 
+def _noise(cost: dict[str, Any]) -> str:
+    """``, noise ±41%: within it``: two standard errors of the mean step's difference, and whether the change is
+    within them (a loaded machine's steps vary more than a profiler costs)."""
+    if cost.get("noise_pct") is None:
+        return ""
+    return f", noise ±{cost['noise_pct']:.0f}%{': within it' if cost['within_noise'] else ''}"
+
+
 def profile_lines(data: dict[str, Any]) -> list[str]:
     """``--profile``: the folder, then per engine its trace and the profiler's cost (decode tok/s without and with it,
     from the same run), or why it has no trace."""
@@ -100,7 +108,7 @@ def profile_lines(data: dict[str, Any]) -> list[str]:
         cost = got.get("cost")
         said = ("profiler cost: n/a (a decode rate is missing)" if cost is None else
                 f"profiler cost: decode {cost['decode_tok_s_unprofiled']:.1f} tok/s without, "
-                f"{cost['decode_tok_s_profiled']:.1f} with ({cost['change_pct']:+.0f}%)")
+                f"{cost['decode_tok_s_profiled']:.1f} with ({cost['change_pct']:+.0f}%{_noise(cost)})")
         lines.append(f"  {row['engine']}: {got['trace']} · {said}; {got['reps']} profiled repetition(s) after "
                      f"{data['work']['reps']} without · steps run: {steps}")
     return lines

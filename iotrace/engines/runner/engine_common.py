@@ -98,8 +98,9 @@ class StepRanges:
 
 
 #: The repetitions recorded with the profiler after the unprofiled timed ones: one. Its trace holds gen + 1 steps,
-#: enough for a per-step waterfall (the reader takes each step apart), and a trace grows with every step (vLLM's CPU
-#: build: ~0.5 MB a step with shapes); its decode rate against the unprofiled repetitions' mean is the profiler's cost.
+#: enough for a per-step waterfall (the reader takes each step apart), and a trace grows with every step (measured
+#: here, gzipped with shapes: 0.10 MB a step for vLLM, 0.17 for transformers, 0.24 for iotrace's decoder); its decode
+#: rate against the unprofiled repetitions' mean is the profiler's cost.
 PROFILED_REPS = 1
 
 
