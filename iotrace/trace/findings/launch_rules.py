@@ -5,6 +5,7 @@ profiled and names launched in several configurations."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,33 +152,67 @@ class FileFacts:
     #: The same rows grouped by launch configuration (``groups`` itself unless launches are listed one by one).
     configs: pd.DataFrame | None = None
     vocab: Vocabulary = NVIDIA
+    #: (stored rule results, of them errors) of the launches that were not profiled: left out, not advice.
+    rules_left_out: tuple[int, int] = (0, 0)
+
+
+_SIGNATURE = re.compile(r"^(?:void\s+)?([^(<]*)")
+
+
+def _function(name: str) -> str:
+    """The function's name without return type, namespaces, template arguments or parameters (what ncu's default
+    ``--kernel-name-base function`` filters on): ``void ns::gemm<128>(float *)`` -> ``gemm``."""
+    match = _SIGNATURE.match(name.strip())
+    return (match.group(1) if match else name).strip().rsplit("::", 1)[-1] or name
+
+
+def _collect_again(groups: pd.DataFrame, kid: int, name: str) -> str:
+    """The ncu command that profiles launch ``kid`` alone: its function name as a regex and, to skip to it, how many
+    launches before it in the file that regex matches (a capture that skipped or filtered launches counts more)."""
+    function = _function(name)
+    pattern = re.compile(re.escape(function))
+    before = sum(1 for n, ids in zip(groups["name"], groups["launch_ids"], strict=True)
+                 if pattern.search(_function(str(n))) for i in ids if i < kid)
+    return f"ncu --set full -k regex:{re.escape(function)} --launch-skip {before} --launch-count 1 -o FILE APP [ARGS]"
 
 
 def _not_profiled(facts: FileFacts) -> list[Finding]:
-    """Every launch with no counters in the file, named once, with the capture's command: never analysed."""
+    """Every launch with no counters in the file, named once, with the command that collects it again: never
+    analysed, and its stored rule results (rules failing on the missing metrics) left out."""
     groups = facts.groups
     failed = groups[~groups["profiled"]]
     if failed.empty:
         return []
-    ids = [i for ids in failed["launch_ids"] for i in ids]
+    ids = sorted(i for ids in failed["launch_ids"] for i in ids)
     them = "them" if len(ids) != 1 else "it"
     names = ", ".join(f"#{i}" for i in ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
-    kernels = "; ".join(sorted({str(n) for n in failed["name"]}))
+    kernels = "; ".join(sorted({_function(str(n)) for n in failed["name"]}))
     command = facts.meta.get("command")
     ran = f"the capture ran `{command}`" if command else "the file does not store the capture's command"
-    return [Finding("profiling", f"{len(ids)} launch{'es' if len(ids) != 1 else ''} not profiled (the replay "
-                    f"failed: no counters in the file): {names} ({kernels}). Nothing is analysed, averaged or "
-                    f"advised for {them}, and no section is missing because of {them}.",
-                    (Evidence("launches without counters", len(ids)),),
-                    (f"profile {them} again ({ran}; narrow it with rocprof-compute profile -k KERNEL, and read its "
-                     "log for why the counters were not collected)" if facts.vocab.amd else
-                     f"profile {them} again ({ran}; narrow it with --kernel-name and --launch-skip/--launch-count, "
-                     "and read ncu's ==PROF== lines for why the replay failed)"), "measured",
+    results, errors = facts.rules_left_out
+    rules = "" if not results else (
+        f" The file's {results} Nsight Compute rule result{'s' * (results != 1)} for {them}"
+        + (f" ({errors} error{'s' * (errors != 1)}: rules that found no metrics to read)" if errors else "")
+        + " are not advice and are left out.")
+    first = int(ids[0])
+    first_name = str(groups.loc[[first in i for i in groups["launch_ids"]], "name"].iloc[0])
+    others = " (likewise for the others)" if len(ids) > 1 else ""
+    try_next = (f"profile {them} again ({ran}; narrow it with rocprof-compute profile -k KERNEL, and read its log for "
+                "why the counters were not collected)" if facts.vocab.amd else
+                f"check that the application runs cleanly under compute-sanitizer first (a kernel that faults "
+                f"cannot be profiled), then collect #{first} again on its own: "
+                f"`{_collect_again(groups, first, first_name)}`{others}; {ran}; ncu's ==PROF== and ==ERROR== lines "
+                "say what failed")
+    return [Finding("profiling", f"{len(ids)} launch{'es' if len(ids) != 1 else ''} not profiled (no counters in "
+                    f"the file: the kernel or ncu's replay of it failed): {names} ({kernels}). Nothing is analysed, "
+                    f"averaged or advised for {them}, and no section is missing because of {them}.{rules}",
+                    (Evidence("launches without counters", len(ids)),), try_next, "measured",
                     int(failed["id"].iloc[0]), str(failed["name"].iloc[0]), "warning", NOT_PROFILED.id)]
 
 
-NOT_PROFILED = Rule("not-profiled", "profiling", "a launch has no counter in the file while others have some",
-                    "Nsight Compute leaves a failed replay's metrics empty", _not_profiled, scope="file")
+NOT_PROFILED = Rule("not-profiled", "profiling", "a launch has no counter in the file while others have some, or no "
+                    "launch__* metric and no duration", "Nsight Compute leaves a failed replay's metrics empty",
+                    _not_profiled, scope="file")
 
 
 def _configurations(facts: FileFacts) -> list[Finding]:

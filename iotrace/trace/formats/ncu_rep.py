@@ -12,7 +12,8 @@ Every numeric metric of every launch lands in ``metrics``; launch and occupancy 
 SourceCounters section's per-address stall samples (instanced ``smsp__pcsamp_warps_issue_stalled_*``) fill
 ``source_samples``, with each address's SASS and source line as ``ncu_report`` maps them. Nsight Compute's own rule
 results (its guided analysis, ``IAction.rule_results_as_dicts``) fill ``rules``; a launch whose rule payload cannot be
-read loses only its rules, with a note.
+read loses only its rules, with a note. A launch with no ``launch__*`` metric and no duration was not profiled: its id
+is in ``meta["not_profiled"]``, with a note.
 """
 
 from __future__ import annotations
@@ -281,6 +282,7 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
     samples: dict[str, list[Any]] = {column: [] for column in SOURCE_SAMPLE_COLUMNS}
     rules: list[dict[str, Any]] = []
     rules_damaged = False
+    not_profiled: list[int] = []
     for r in range(context.num_ranges()):
         rng = context.range_by_idx(r)
         for a in range(rng.num_actions()):
@@ -293,10 +295,12 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
                                    "mangled_name": action.name(ncu_report.IAction.NameBase_MANGLED) or None}
             device: dict[str, Any] = {}
             cc: dict[str, float] = {}
+            launch_metrics = timed = False
             for name in action.metric_names():
                 metric = action.metric_by_name(name)
                 if metric is None:
                     continue
+                launch_metrics = launch_metrics or name.startswith("launch__")
                 if metric.kind() == string_kind:
                     if name in device_map:
                         device[device_map[name]] = metric.as_string()
@@ -308,6 +312,7 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
                     launch_not_finite.add(name)
                     continue
                 counters += not name.startswith(NCU_NOT_COUNTERS)
+                timed = timed or name.startswith("gpu__time_duration")
                 metric_ids.append(kid)
                 metric_names.append(name)
                 metric_units.append(metric.unit())
@@ -325,7 +330,11 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
                     cc[name.rsplit("_", 1)[1]] = value
             if "major" in cc and "minor" in cc:
                 device["cc"] = f"{int(cc['major'])}.{int(cc['minor'])}"
-            if counters:  # a launch with no counter at all was not profiled: its non-finite values say nothing
+            if not launch_metrics and not timed:
+                # ncu writes launch__* and gpu__time_duration for every launch it profiled; without both nothing was
+                # recorded (the kernel or ncu's replay failed) and the finite values left are device peaks and zeros.
+                not_profiled.append(kid)
+            elif counters:  # a launch with no counter at all was not profiled: its non-finite values say nothing
                 not_finite |= launch_not_finite
             device["device"] = row.get("device", 0)
             devices.setdefault(device["device"], device)
@@ -337,6 +346,9 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
                 meta["notes"].append(rules_note(path, kid, problem))
             _source_samples(path, action, kid, samples, None if sass is None else sass[kid] if kid < len(sass) else {})
     meta["sections"] = sorted(sections)
+    if not_profiled:
+        meta["not_profiled"] = not_profiled
+        meta["notes"].append(not_profiled_note(kernels, not_profiled))
     if not rules and not rules_damaged:
         # Rules run per section at capture time: an empty list means they did not run, not that they found nothing.
         version = (meta.get("version") or "version not stated").replace("(", "").replace(")", "")
@@ -368,6 +380,19 @@ MSG_TYPES: dict[int, str] = {0: "none", 1: "ok", 2: "optimization", 3: "warning"
 SPEEDUP_TYPES: dict[int, str] = {1: "local", 2: "global"}
 #: A speedup estimate is a percentage (0-100 in every corpus report); far beyond this the payload is damaged.
 _SPEEDUP_LIMIT = 1e6
+
+
+#: How the reader's note on launches it found not profiled begins (``meta["not_profiled"]`` lists their ids); a report
+#: says it in its not-profiled finding instead.
+NOT_PROFILED_NOTE = "not profiled (no launch__* metric and no duration: no counters were recorded)"
+
+
+def not_profiled_note(kernels: list[dict[str, Any]], ids: list[int]) -> str:
+    """The note naming the launches ``ids`` of ``kernels`` (the reader's rows) that were not profiled."""
+    named = ", ".join(f"#{kid} {str(kernels[kid]['name']).split('(')[0]}" for kid in ids[:10])
+    more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
+    return (f"{NOT_PROFILED_NOTE}: {named}{more}; rule results stored for {'them' if len(ids) > 1 else 'it'} are "
+            "rule errors, not advice")
 
 
 def rules_note(path: Path, kid: int, problem: str) -> str:

@@ -7,8 +7,9 @@ grid-4995 launch at 100% are different kernels to tune). Nsight Compute's own ``
 same way and averages the counters (https://docs.nvidia.com/nsight-compute/NsightComputeCli/index.html#command-line-
 options-console-output); :func:`group_metrics` does that for the analyses.
 
-A profiled launch with no counter in the file (its replay failed) is kept apart as "not profiled" (:func:`unprofiled`)
-so that its missing counters are never read as sections the capture lacks.
+A profiled launch with no counter in the file (its replay failed), or one the reader found nothing recorded for, is
+kept apart as "not profiled" (:func:`unprofiled`) so that its missing counters are never read as sections the capture
+lacks.
 """
 
 from __future__ import annotations
@@ -33,17 +34,21 @@ _WEIGHTED = ("est_achieved_occupancy_pct", "achieved_occupancy_pct", "theoretica
              "warps_per_sm")
 
 
-def unprofiled(kernels: pd.DataFrame, metrics: pd.DataFrame) -> set[int]:
-    """Ids of the launches that have no counter in ``metrics`` while other launches have some (a failed replay); an
-    empty set where no launch has counters (a timeline, or a capture of launch statistics only)."""
+def unprofiled(kernels: pd.DataFrame, metrics: pd.DataFrame, flagged: Collection[int] = ()) -> set[int]:
+    """Ids of the launches that have no counter in ``metrics`` while other launches have some (a failed replay), and
+    those of ``kernels`` the reader ``flagged`` as not profiled (``meta["not_profiled"]``: ncu recorded nothing for
+    them, not even the launch); an empty set where no launch has counters and none is flagged (a timeline, or a
+    capture of launch statistics only)."""
+    ids = {int(k) for k in kernels["id"]}
+    failed = ids & {int(k) for k in flagged}
     if metrics.empty:
-        return set()
+        return failed
     counters = metrics["metric"].astype(str)
     counters = ~counters.str.startswith(NOT_COUNTERS)
     counted = set(metrics.loc[counters, "kernel_id"].astype(int))
     if not counted:
-        return set()
-    return {int(k) for k in kernels["id"]} - counted
+        return failed
+    return failed | (ids - counted)
 
 
 def group_launches(kernels: pd.DataFrame, failed: Collection[int] = (), *, by_time: bool = False,

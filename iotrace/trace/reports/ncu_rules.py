@@ -4,7 +4,9 @@
 ``@url:Words:Link@``, ``@source:...:Words@`` and ``@sass:...:Words@`` link markup rendered as text);
 :func:`stored_rules` gives a launch group's results, largest estimated speedup first; :func:`rules_status` the one
 line to print where a file holds none; :func:`bound_verdict` what the SOLBottleneck rule's title says bounds the
-kernel. The rows come from the ``rules`` table (:data:`iotrace.trace.tables.RULE_COLUMNS`).
+kernel; :func:`rule_results_of` how many results (and errors) launches hold, for those not profiled, whose results are
+the rules failing on the missing metrics. The rows come from the ``rules`` table
+(:data:`iotrace.trace.tables.RULE_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from iotrace.trace.formats.ncu_rep import NO_RULES
+from iotrace.trace.formats.ncu_rep import NO_RULES, NOT_PROFILED_NOTE
 from iotrace.trace.tables import TraceTables
 
-__all__ = ["StoredRule", "bound_verdict", "plain_message", "rules_status", "stored_rules"]
+__all__ = ["NOT_PROFILED_NOTE", "StoredRule", "bound_verdict", "plain_message", "rule_results_of", "rules_status",
+           "stored_rules"]
 
 #: SOLBottleneck titles in every corpus report (ncu 2021.2-2024.3) and the bound each names. The rule (ncu's
 #: SpeedOfLight rule file) says "Latency Issue" and "Small Grid" where compute and memory both stay under 60% of peak
@@ -141,7 +144,8 @@ def bound_verdict(rules: Sequence[StoredRule]) -> str | None:
     """What ncu's SOLBottleneck rule says bounds the kernel: "compute", "memory", "latency" or "balanced"; None where
     the rules hold no SOLBottleneck result with a title it knows (no rule results, or a capture without its section)."""
     for rule in rules:
-        if rule.rule_id != "SOLBottleneck" or rule.title not in _BOUND:
+        # An error is the rule failing (a launch without the metrics it reads), not a verdict.
+        if rule.rule_id != "SOLBottleneck" or rule.severity == "error" or rule.title not in _BOUND:
             continue
         verdict = _BOUND[rule.title]
         if verdict is None and rule.message:  # "High Throughput": the section it sends you to says which unit
@@ -151,3 +155,13 @@ def bound_verdict(rules: Sequence[StoredRule]) -> str | None:
         if verdict is not None:
             return verdict
     return None
+
+
+def rule_results_of(tables: TraceTables, launch_ids: Sequence[int]) -> tuple[int, int]:
+    """(rule results, of them errors) the file stores for the launches ``launch_ids``: for launches that were not
+    profiled, what the report leaves out (an NvRules error, MsgType 4, is a rule that could not run)."""
+    if not launch_ids or not tables.rows("rules"):
+        return 0, 0
+    mine = np.isin(tables.column("rules", "kernel_id"), list(launch_ids))
+    errors = mine & (tables.column("rules", "severity") == "error")
+    return int(mine.sum()), int(errors.sum())

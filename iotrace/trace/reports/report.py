@@ -30,7 +30,7 @@ from iotrace.trace.reports.amd_occupancy import device_gfx
 from iotrace.trace.reports.capture_gaps import capture_gaps
 from iotrace.trace.reports.launch_groups import group_launches, group_metrics, unprofiled
 from iotrace.trace.reports.metricview import MetricView
-from iotrace.trace.reports.ncu_rules import StoredRule, rules_status, stored_rules
+from iotrace.trace.reports.ncu_rules import NOT_PROFILED_NOTE, StoredRule, rule_results_of, rules_status, stored_rules
 from iotrace.trace.reports.occupancy import OccupancyRow, occupancy_row
 from iotrace.trace.reports.op_roofline import OP_COLUMNS, op_rooflines
 from iotrace.trace.reports.origin import Origin, classify
@@ -239,11 +239,14 @@ class Report:
             if self._rows_are() == "kernel":
                 return f"Kernels ({shown} by total time{limit})"
             return f"Kernels ({shown} of {of_names} by total time{limit})"
+        # ncu's results are its profiled launches, but one without counters is named so in the title too.
+        failed = sum(k.launches for k in self.every_row or self.kernels if not k.profiled)
+        failed_text = f", {failed} not profiled" if failed else ""
         if self._rows_are() == "launch":
-            return f"Kernels ({shown.replace('launch', 'profiled launch')} of {of_names}{limit})"
+            return f"Kernels ({shown.replace('launch', 'profiled launch')} of {of_names}{failed_text}{limit})"
         launches = max(self.launches_total, sum(k.launches for k in self.kernels))
-        return (f"Kernels ({shown}: {launches} profiled launch{'es' * (launches != 1)} of {of_names}, identical "
-                f"launches grouped{limit})")
+        return (f"Kernels ({shown}: {launches} profiled launch{'es' * (launches != 1)} of {of_names}{failed_text}, "
+                f"identical launches grouped{limit})")
 
     @property
     def total_kernels(self) -> int:
@@ -356,8 +359,8 @@ def _select(tables: TraceTables, pattern: str | None, each_launch: bool) -> tupl
             raise InvalidValueError(f"--kernel {pattern!r} matches none of the trace's kernels",
                                     f"the kernels include: {names}")
     timeline_rows = bool(tables.metrics.empty and kernels["start_ns"].notna().any())
-    groups = group_launches(_smem(tables, kernels), unprofiled(kernels, tables.metrics), by_time=timeline_rows,
-                            each_launch=each_launch)
+    failed = unprofiled(kernels, tables.metrics, tables.meta.get("not_profiled", ()))
+    groups = group_launches(_smem(tables, kernels), failed, by_time=timeline_rows, each_launch=each_launch)
     return groups, timeline_rows
 
 
@@ -423,7 +426,8 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
             if kid in shown:
                 missing += occ_missing + roof_missing
         origin = classify(name)
-        stored = stored_rules(tables, list(row["launch_ids"]))
+        # A launch that was not profiled has no advice: its stored results are rules failing on missing metrics.
+        stored = stored_rules(tables, list(row["launch_ids"])) if row["profiled"] else []
         facts = KernelFacts(
             kid, name, int(row["launches_total"]), tuple(row["launch_ids"]), bool(row["profiled"]),
             tuple(_int(row[f"grid_{a}"]) for a in "xyz"), tuple(_int(row[f"block_{a}"]) for a in "xyz"),  # type: ignore
@@ -459,9 +463,15 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         timeline_findings, not_run = evaluate_timeline(TimelineFacts(line, tables))
         findings += timeline_findings
     configs = _select(tables, kernel, False)[0] if each_launch else None
-    findings += evaluate_file(FileFacts(every, dict(tables.meta), configs, vocab))
+    unprofiled_ids = [i for ids, profiled in zip(every["launch_ids"], every["profiled"], strict=True)
+                      if not profiled for i in ids]
+    file_findings = evaluate_file(FileFacts(every, dict(tables.meta), configs, vocab,
+                                            rule_results_of(tables, unprofiled_ids)))
+    findings += file_findings
     ranked = rank(findings)
     notes = list(tables.meta.get("notes", [])) + plugins.notes
+    if any(f.rule == "not-profiled" for f in file_findings):  # the finding says what the reader's note says, first
+        notes = [n for n in notes if not n.startswith(NOT_PROFILED_NOTE)]
     notes += capture_gaps(tables) + (not_run if line is not None else [])
     status = rules_status(tables) if tables.meta.get("format") == "ncu-rep" else None
     if status is not None and status not in notes:
