@@ -40,6 +40,7 @@ from iotrace.trace.reports.records import Finding, Unavailable
 from iotrace.trace.reports.roofline import RooflinePoint, roofline_point
 from iotrace.trace.reports.source_lines import KernelSourceLines, source_lines
 from iotrace.trace.reports.stalls import amd_stalls_unavailable, primary, stall_table
+from iotrace.trace.reports.step_report import StepOptions, StepReport, step_report
 from iotrace.trace.reports.timeline import Timeline, timeline
 from iotrace.trace.reports.vendor import in_amd_terms, vocabulary_of
 from iotrace.trace.tables import TraceTables
@@ -197,6 +198,8 @@ class Report:
     findings_total: int = 0
     #: Every row of the selection, analysed (``kernels`` is the first ``top`` of them).
     every_row: list[KernelReport] = field(default_factory=list, repr=False)
+    #: An engine's steps and where their time went (:mod:`iotrace.trace.reports.step_report`); None without steps.
+    steps: StepReport | None = None
 
     def findings_title(self) -> str:
         """"Top findings (ranked by the time they can save)", with "; 5 of 201, --top 201 shows all" when cut."""
@@ -285,6 +288,7 @@ class Report:
             "notes": self.notes,
             "ranges": None if self.range_rooflines is None else self.range_rooflines.to_dict(),
             "source_lines": [lines.to_dict() for lines in self.source_lines],
+            "steps": None if self.steps is None else self.steps.to_dict(),
         }
 
 
@@ -366,7 +370,8 @@ def _select(tables: TraceTables, pattern: str | None, each_launch: bool) -> tupl
 
 def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card | str | None = None,
                  ceilings: str = "auto", plugin: str | None = None, shape: Mapping[str, int] | None = None,
-                 dtype: str | None = None, top: int = 50, each_launch: bool = False) -> Report:
+                 dtype: str | None = None, top: int = 50, each_launch: bool = False,
+                 steps: StepOptions | None = None) -> Report:
     """Warp stalls, roofline, occupancy (per kernel) and the timeline of ``tables``, with findings.
 
     :param kernel: a regular expression; only kernels whose name it matches are reported.
@@ -376,6 +381,8 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
         cost model is put beside the counters.
     :param top: report at most this many kernel rows (launch groups, launch configurations by total time).
     :param each_launch: one row per launch instead of identical launches grouped (their counters averaged).
+    :param steps: the model, machine and step marks for the step report (found without them where the trace marks
+        steps; see :func:`iotrace.trace.reports.step_report.step_report`).
     :raises InvalidValueError: a bad regex, no matching kernel, or a bad option.
     """
     if ceilings not in CEILINGS:
@@ -455,12 +462,13 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
                 roof_rows.append({"kernel_id": kid, "kernel": name, "basis": point.basis, "flops": point.flops,
                                   "duration_ns": point.duration_ns, **vars(level), "bound": point.bound,
                                   "pct_of_attainable": point.pct_of_attainable})
+    stepped = step_report(tables, steps)  # before the timeline rules: an inference trace gets inference advice
     line, not_run = None, []
     timed = tables.kernels["start_ns"].notna().any() and tables.kernels["end_ns"].notna().any()
     if timed or not tables.ranges.empty:
         line = timeline(tables)
         missing += line.unavailable
-        timeline_findings, not_run = evaluate_timeline(TimelineFacts(line, tables))
+        timeline_findings, not_run = evaluate_timeline(TimelineFacts(line, tables, inference=stepped is not None))
         findings += timeline_findings
     configs = _select(tables, kernel, False)[0] if each_launch else None
     unprofiled_ids = [i for ids, profiled in zip(every["launch_ids"], every["profiled"], strict=True)
@@ -468,6 +476,8 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     file_findings = evaluate_file(FileFacts(every, dict(tables.meta), configs, vocab,
                                             rule_results_of(tables, unprofiled_ids)))
     findings += file_findings
+    if stepped is not None:
+        findings += stepped.findings
     ranked = rank(findings)
     notes = list(tables.meta.get("notes", [])) + plugins.notes
     if any(f.rule == "not-profiled" for f in file_findings):  # the finding says what the reader's note says, first
@@ -495,7 +505,7 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
                   grouped, ops, len(every), int(every["name"].nunique()), int(every["launches_total"].sum()),
                   each_launch, range_rooflines=_range_rooflines(tables, resolved, ceilings, top, every, plugins,
                                                                 (plugin, shape, dtype)), source_lines=hot_lines,
-                  findings_total=len(ranked), every_row=every_row)
+                  findings_total=len(ranked), every_row=every_row, steps=stepped)
 
 
 def _range_rooflines(tables: TraceTables, card: Card | None, ceilings: str, top: int, every: pd.DataFrame,
