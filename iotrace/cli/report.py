@@ -172,8 +172,8 @@ def _step_options(args: argparse.Namespace, trace: Path, tables: Any) -> Any:
     model, source = None, ""
     bandwidth = getattr(args, "bandwidth", None)
     manifest = trace.parent / "manifest.json"
-    saved, saved_bandwidth, saved_source = step_model.from_manifest(manifest) if manifest.is_file() else (None, None,
-                                                                                                         "")
+    saved, saved_bandwidth, saved_source = (step_model.from_manifest(manifest, trace.name) if manifest.is_file()
+                                            else (None, None, ""))
     if getattr(args, "model", None):
         model = step_model.from_key(args.model, bits, active)
     elif getattr(args, "gguf", None):

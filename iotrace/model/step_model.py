@@ -85,14 +85,20 @@ def from_numbers(params: float, bits: float | None, active_params: float | None 
                      active_params)
 
 
-def from_manifest(path: Path) -> tuple[StepModel | None, float | None, str]:
+def from_manifest(path: Path, trace: str | None = None) -> tuple[StepModel | None, float | None, str]:
     """The model and the machine's bandwidth (B/s) ``iotrace bench --profile`` saved in ``manifest.json`` beside its
-    traces (key ``wall``), with where they came from; (None, None, "") where the file holds none."""
+    traces, with where they came from: the wall of the engine whose trace is named ``trace`` (``engines.<engine>``:
+    each engine reads its weights at its own width), else the manifest's ``wall``; (None, None, "") where the file
+    holds none."""
     try:
         document: Any = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None, None, ""
-    wall = document.get("wall") if isinstance(document, dict) else None
+    if not isinstance(document, dict):
+        return None, None, ""
+    engines = document.get("engines") if isinstance(document.get("engines"), dict) else {}
+    mine = [e.get("wall") for e in engines.values() if isinstance(e, dict) and trace and e.get("trace") == trace]
+    wall = mine[0] if mine and isinstance(mine[0], dict) else document.get("wall")
     if not isinstance(wall, dict) or not wall.get("params") or not wall.get("bytes_per_weight"):
         return None, None, ""
     model = StepModel(str(wall.get("name") or "the bench's model"), float(wall["params"]),
