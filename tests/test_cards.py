@@ -20,6 +20,7 @@ REQUIRED = {
     "B200": "b200", "DGX Spark": "gb10", "MI300X": "mi300x", "Strix Halo": "strix-halo",
     "GTX 1660 SUPER": "gtx1660super", "RTX 2060 SUPER": "rtx2060super", "RTX 2070": "rtx2070",
     "RTX 4050 Laptop GPU": "rtx4050-laptop", "A40": "a40", "A10": "a10",
+    "NVIDIA GeForce RTX 4070 Laptop GPU": "rtx4070-laptop", "rtx 4070 laptop": "rtx4070-laptop", "rtx 4070": "rtx4070",
 }
 
 
@@ -340,3 +341,35 @@ def test_gh200_l2_is_what_a_six_stack_gh100_reports(corpus: Path) -> None:
         card = lookup(key)
         assert card.l2_cache_mb * 2**20 == l2_bytes and card.sm_count == sms and card.chip == chip
     assert "62914560" in lookup("gh200-96gb").citation("l2_cache_mb")
+
+
+def test_rtx4070_laptop_is_what_its_ncu_report_states(corpus: Path) -> None:
+    """Issue 45: the RTX 4070 Laptop card against the real Nsight Compute 2024.3 report that names it, read with
+    NVIDIA's ncu_report: 36 SMs, CC 8.9, 32 MiB L2, 128-bit at 8001 MHz (= 256 GB/s); the file's 1980 MHz max clock
+    sits under the 2175 MHz top boost (115 W) the peaks use. The desktop RTX 4070 (46 SMs) stays its own card."""
+    ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
+    path = corpus / "ncu-rep/rtx4070laptop_bastar_full_failedlaunch_ncu2024.3.ncu-rep"
+    action = ncu_report.load_report(str(path)).range_by_idx(0).action_by_idx(0)
+
+    def attr(name: str) -> float:
+        return action.metric_by_name(f"device__attribute_{name}").as_double()
+
+    name = action.metric_by_name("device__attribute_display_name").as_string()
+    assert name == "NVIDIA GeForce RTX 4070 Laptop GPU"
+    card = lookup(card_key(name, int(attr("multiprocessor_count"))) or name)
+    assert (card.key, card.sm_count, card.cc, card.chip) == ("rtx4070-laptop", 36, "8.9", "AD106")
+    assert card.l2_cache_mb * 2**20 == attr("l2_cache_size") == 33554432
+    # DDR: bus bytes x memory clock x 2 transfers per clock
+    file_gbs = attr("global_memory_bus_width") / 8 * attr("max_mem_frequency_khz") * 1e3 * 2 / 1e9
+    assert file_gbs == pytest.approx(card.memory_bandwidth_gbs, rel=0.001) and card.memory_bandwidth_gbs == 256
+    assert attr("max_gpu_frequency_khz") / 1e3 == 1980 < card.boost_clock_mhz == 2175
+    assert (card.memory_gb, card.tdp_w) == (8, 115)
+    # Derived like the other Ada GeForce cards: SMs x 256 / 512 / 1024 / 2048 per clock x 2.175 GHz
+    peaks = card.peak_tflops
+    assert (peaks["fp32"], peaks["fp16_tensor"], peaks["fp8_tensor"], peaks["int8_tensor"]) == (20.0, 40.1, 80.2, 160.4)
+    assert peaks["fp64"] == pytest.approx(36 * 4 * 2.175e-3, abs=5e-4)
+    assert card.source("fp16_tensor") == "derived-ada-geforce" and card.source("l2_cache_mb") == "corpus-devattrs"
+    cited = card.citation("default")
+    assert "4,608" in cited and "2175 MHz" in cited and "35-115 W" in cited and "128-bit" in cited
+    assert "RTX 4070 Laptop GPU 36/1980 MHz/32 MiB/128-bit@8001" in card.citation("l2_cache_mb")
+    assert lookup("NVIDIA GeForce RTX 4070").sm_count == 46 and card_key("NVIDIA GeForce RTX 4070", 46) == "rtx4070"
