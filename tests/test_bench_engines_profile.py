@@ -134,23 +134,19 @@ def test_the_default_profile_folder_is_new_and_timestamped(tmp_path: Path, monke
         profile_folder(str(tmp_path / "nope" / "\0"))
 
 
-def test_the_waterfall_seam_is_none_until_the_reader_has_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_an_engine_trace_the_reader_refuses_or_finds_no_step_in_keeps_the_bench_figures(tmp_path: Path) -> None:
+    """The row's waterfall is one error line for a file the reader refuses, None for a trace without steps: the bench's
+    own figures stand either way."""
     from iotrace.cli.bench_engines import engine_waterfall
-    from iotrace.errors import IotraceError
-    from iotrace.trace.reports import waterfall
 
-    monkeypatch.delattr(waterfall, "waterfall_of_trace", raising=False)
-    assert engine_waterfall(tmp_path / "t.pt.trace.json.gz", tmp_path / "manifest.json") is None
-    monkeypatch.setattr(waterfall, "waterfall_of_trace", lambda trace, manifest: {"trace": trace.name}, raising=False)
-    got = engine_waterfall(tmp_path / "t.pt.trace.json.gz", tmp_path / "manifest.json")
-    assert got == {"trace": "t.pt.trace.json.gz"}
-
-    def refuse(trace: Path, manifest: Path) -> dict:
-        raise IotraceError("step 3 (decode) took 1 ms, faster than its wall")
-
-    monkeypatch.setattr(waterfall, "waterfall_of_trace", refuse)
-    refused = engine_waterfall(tmp_path / "t", tmp_path / "m")
-    assert refused == {"error": "step 3 (decode) took 1 ms, faster than its wall"}
+    broken = tmp_path / "vllm.pt.trace.json.gz"
+    broken.write_bytes(b"not a trace")
+    refused = engine_waterfall(broken)
+    assert set(refused) == {"error"} and str(broken) in refused["error"] and "\n" not in refused["error"]
+    plain = tmp_path / "plain.pt.trace.json"
+    plain.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2,
+                                                  "pid": 1, "tid": 1}]}))
+    assert engine_waterfall(plain) is None
 
 
 def test_the_table_shows_each_traces_cost_and_its_waterfall() -> None:
@@ -299,3 +295,57 @@ def test_llama_cpp_says_in_one_line_why_it_has_no_trace(profiled: tuple[dict, Pa
     assert set(row["profile"]) == {"skipped", "cost"} and row["profile"]["cost"] is None
     assert "no torch profiler trace" in row["profile"]["skipped"] and "\n" not in row["profile"]["skipped"]
     assert not list(folder.glob("llama*"))
+
+
+def _union_ns(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    total, end = 0.0, lo
+    for a, b in sorted(intervals):
+        a, b = max(a, end), min(b, hi)
+        if b > a:
+            total += b - a
+            end = b
+    return total
+
+
+@slow_engines
+@pytest.mark.parametrize("name", ["iotrace", "transformers", "vllm"])
+def test_each_engines_waterfall_sums_to_its_steps_against_the_runs_own_wall(profiled: tuple[dict, Path],
+                                                                             name: str) -> None:
+    """Issue 43's checks on the real engines: the steps found are the steps run, every waterfall sums to its step, the
+    matrix products' time is recomputed from the trace with plain json (the union of the outermost aten::linear/mm ops
+    on the step's thread within its span), and % of wall uses the same run's copy-loop bandwidth."""
+    from iotrace.trace.reports.step_roles import CATEGORIES
+
+    data, folder = profiled
+    row = _row(data, name)
+    flow = row["waterfall"]
+    assert flow is not None and "error" not in flow, flow
+    assert {p["phase"]: p["steps"] for p in flow["phases"]} == row["profile"]["steps_run"]
+    for step in flow["steps"]:
+        assert sum(step[f"{c}_ns"] for c in CATEGORIES) == step["span_ns"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    wall = manifest["engines"][name]["wall"]
+    assert flow["machine"]["bandwidth"] == pytest.approx(wall["bandwidth_bytes_per_s"])
+    assert flow["machine"]["source"].startswith("copy loop in")
+    decode = next(p for p in flow["phases"] if p["phase"] == "decode")
+    floor_s = wall["bytes_per_weight"] * wall["params"] / wall["bandwidth_bytes_per_s"]
+    spans = [s["span_ns"] for s in flow["steps"] if s["phase"] == "decode"]
+    kv = sum(2 * wall["layers"] * wall["kv_heads"] * wall["head_dim"] * s["context"] * wall["kv_bytes_per_value"]
+             / wall["bandwidth_bytes_per_s"] for s in flow["steps"] if s["phase"] == "decode")
+    assert decode["pct_of_wall"] == pytest.approx(100 * (len(spans) * floor_s + kv) / (sum(spans) / 1e9), rel=1e-6)
+    assert 0 < decode["pct_of_wall"] < 100
+    with gzip.open(folder / f"{name}.pt.trace.json.gz", "rt", encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    threads = {(s["process"], s["thread"]) for s in flow["steps"]}
+    gemm_names = {"aten::linear", "aten::mm", "aten::addmm", "aten::matmul"}
+    ops = sorted(((e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000, e["name"]) for e in events
+                  if e.get("cat") == "cpu_op" and (e["pid"], e["tid"]) in threads), key=lambda o: (o[0], -o[1]))
+    outermost, end = [], -1.0
+    for lo, hi, op in ops:  # an op inside a GEMM op is that GEMM's time, not another
+        if lo >= end and op in gemm_names:
+            outermost.append((lo, hi))
+        if op in gemm_names and lo >= end:
+            end = hi
+    for step in flow["steps"]:
+        expected = _union_ns(outermost, step["span_start_ns"], step["span_end_ns"])
+        assert step["gemm_ns"] == pytest.approx(expected, rel=0.01, abs=2000), (name, step["step"])

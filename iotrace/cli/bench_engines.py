@@ -100,21 +100,21 @@ def profile_folder(given: str | None) -> Path | None:
     return prepare_folder(Path(given) if given else default_folder())
 
 
-def engine_waterfall(trace: Path, manifest: Path) -> dict[str, Any] | None:
-    """Where one engine's profiled steps went: the trace reader's ``waterfall_of_trace(trace, manifest)``
-    (iotrace.trace.reports.waterfall) where this iotrace has it, its answer kept as the row's ``waterfall`` and shown
-    in the table (the decode phase's ``pct_of_wall`` and its two largest categories other than the matrix products and
-    attention, from ``phases[].categories_ns`` over ``span_ns`` as ``StepReport.to_dict`` holds them); None where no
-    analysis is available. An analysis that refuses the trace is ``{"error": line}``: the bench's own figures stand."""
-    from iotrace.trace.reports import waterfall
+def engine_waterfall(trace: Path) -> dict[str, Any] | None:
+    """Where one engine's profiled steps went (``StepReport.to_dict``: the phases beside their walls, each step's
+    waterfall), the model and copy-loop bandwidth read from the run's manifest beside the trace, as `iotrace report
+    TRACE` reads them; None where the trace marks no step. An analysis that refuses the trace is ``{"error": line}``:
+    the bench's own figures stand."""
+    from iotrace.model.step_model import step_options
+    from iotrace.trace import load
+    from iotrace.trace.reports.step_report import step_report
 
-    analyse = getattr(waterfall, "waterfall_of_trace", None)
-    if analyse is None:
-        return None
     try:
-        return analyse(trace, manifest)
+        tables = load(trace)
+        report = step_report(tables, step_options(tables, trace))
     except IotraceError as exc:
         return {"error": str(exc)}
+    return None if report is None else report.to_dict()
 
 
 def _prompt(args: argparse.Namespace, request: Any, gguf: Path) -> tuple[list[int], str]:
@@ -138,11 +138,10 @@ def _analyse_profiles(data: dict[str, Any], folder: Path) -> None:
     traces (``bench-engines.json``)."""
     from iotrace.engines.profiling import write_result
 
-    manifest = Path(data["profile"]["manifest"])
     for row in data["engines"]:
         trace = (row.get("profile") or {}).get("trace")
         if trace:
-            row["waterfall"] = engine_waterfall(Path(trace), manifest)
+            row["waterfall"] = engine_waterfall(Path(trace))
     write_result(folder, data)
 
 

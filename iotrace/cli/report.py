@@ -164,16 +164,11 @@ def _step_options(args: argparse.Namespace, trace: Path, tables: Any) -> Any:
     """The model, machine and step marks ``iotrace report`` was given (or found in a bench manifest beside the
     trace), for the step report."""
     from iotrace.model import step_model
-    from iotrace.trace.reports.step_report import Machine, StepOptions, machine_of
 
     bits, active = getattr(args, "bits", None), getattr(args, "active_params", None)
     if getattr(args, "batch", None) is not None and args.batch < 1:
         raise InvalidValueError(f"--batch {args.batch} must be 1 or more", "give the requests per step")
-    model, source = None, ""
-    bandwidth = getattr(args, "bandwidth", None)
-    manifest = trace.parent / "manifest.json"
-    saved, saved_bandwidth, saved_source = (step_model.from_manifest(manifest, trace.name) if manifest.is_file()
-                                            else (None, None, ""))
+    model = None
     if getattr(args, "model", None):
         model = step_model.from_key(args.model, bits, active)
     elif getattr(args, "gguf", None):
@@ -182,16 +177,12 @@ def _step_options(args: argparse.Namespace, trace: Path, tables: Any) -> Any:
         model = step_model.from_hf_config(args.hf_config, bits, active)
     elif getattr(args, "params", None) is not None:
         model = step_model.from_numbers(args.params, bits, active)
-    elif saved is not None:
-        model = saved
     elif bits is not None or active is not None:
         raise InvalidValueError("--bits and --active-params describe a model", "give --model, --gguf, --hf-config or "
                                                                                "--params too")
-    machine = machine_of(tables, getattr(args, "card", None), bandwidth, getattr(args, "tp", None))
-    if bandwidth is None and saved_bandwidth is not None and (machine is None or not tables.rows("kernels")):
-        source = f"copy loop in {saved_source}"
-        machine = Machine(saved_bandwidth, source, None, "", machine.tp if machine else 1)
-    return StepOptions(getattr(args, "steps", None), model, machine, getattr(args, "batch", None))
+    return step_model.step_options(tables, trace, model=model, card=getattr(args, "card", None),
+                                   bandwidth_gbs=getattr(args, "bandwidth", None), tp=getattr(args, "tp", None),
+                                   pattern=getattr(args, "steps", None), batch=getattr(args, "batch", None))
 
 
 def _terminal_text(draw: Any, to_file: bool, wide: bool = False) -> str | None:

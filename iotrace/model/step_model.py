@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from iotrace.errors import InvalidValueError
-from iotrace.trace.reports.step_report import StepModel
+from iotrace.trace.reports.step_report import Machine, StepModel, StepOptions, machine_of
 
-__all__ = ["from_gguf", "from_hf_config", "from_key", "from_manifest", "from_numbers"]
+__all__ = ["MANIFEST", "from_gguf", "from_hf_config", "from_key", "from_manifest", "from_numbers", "step_options"]
+
+#: The manifest ``iotrace bench --profile`` keeps beside its traces (iotrace.engines.profiling.MANIFEST).
+MANIFEST = "manifest.json"
 
 #: Bytes per value of the KV cache where nothing says: fp16/bf16, vLLM's and llama.cpp's default cache dtype.
 DEFAULT_KV_BYTES = 2.0
@@ -106,3 +109,18 @@ def from_manifest(path: Path, trace: str | None = None) -> tuple[StepModel | Non
                       wall.get("head_dim"), wall.get("hidden"), wall.get("kv_bytes_per_value"))
     bandwidth = wall.get("bandwidth_bytes_per_s")
     return model, float(bandwidth) if bandwidth else None, str(wall.get("bandwidth_source") or path)
+
+
+def step_options(tables: Any, trace: Path, *, model: StepModel | None = None, card: str | None = None,
+                 bandwidth_gbs: float | None = None, tp: int | None = None, pattern: str | None = None,
+                 batch: int | None = None) -> StepOptions:
+    """What the step report of ``trace`` (loaded as ``tables``) is given: the model given, else the one the bench
+    manifest beside the trace saved for it; the machine from ``--bandwidth``, else the trace's card (or ``card``),
+    else, for a CPU trace, the copy-loop bandwidth that manifest saved."""
+    manifest = trace.parent / MANIFEST
+    saved, saved_bandwidth, saved_source = (from_manifest(manifest, trace.name) if manifest.is_file()
+                                            else (None, None, ""))
+    machine = machine_of(tables, card, bandwidth_gbs, tp)
+    if bandwidth_gbs is None and saved_bandwidth is not None and (machine is None or not tables.rows("kernels")):
+        machine = Machine(saved_bandwidth, f"copy loop in {saved_source}", None, "", machine.tp if machine else 1)
+    return StepOptions(pattern, model or saved, machine, batch)
