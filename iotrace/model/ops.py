@@ -262,6 +262,29 @@ class TorchOps(Ops):
         return verify_reference(draft, lens, q, p, u, greedy)
 
 
+def _named_when_profiled(kernel: str, method: Any) -> Any:
+    """``method`` inside a ``record_function`` range named ``iotrace/<kernel>`` while a torch profiler records (the
+    torch path has no NVTX), so a trace's step waterfall tells attention's matrix products from the weights' (both are
+    aten::matmul here); without a profiler only the flag is read (torch.autograd._profiler_enabled, the C flag
+    record_function itself consults)."""
+    import functools
+
+    @functools.wraps(method)
+    def call(self: Ops, *args: Any, **kwargs: Any) -> Any:
+        if not torch.autograd._profiler_enabled():
+            return method(self, *args, **kwargs)
+        with torch.profiler.record_function(f"iotrace/{kernel}"):
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+for _method, _kernel in (("_rmsnorm", "rmsnorm"), ("_gemm_decode", "gemm-decode"), ("_gemm", "gemm"),
+                         ("_swiglu", "swiglu"), ("_rope", "rope"), ("_prefill_attention", "attention-prefill"),
+                         ("_decode_attention", "attention-decode"), ("_cached_attention", "attention-prefill")):
+    setattr(TorchOps, _method, _named_when_profiled(_kernel, getattr(TorchOps, _method)))
+
+
 class TritonOps(Ops):
     """The plugins' Triton launchers, each with its config for ``card`` (tuned, else the kernel's default), each
     launch inside its kernel's NVTX range."""

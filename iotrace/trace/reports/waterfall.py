@@ -135,6 +135,11 @@ def _host_intervals(tables: TraceTables, steps: Steps) -> tuple[np.ndarray, np.n
     end = tables.column("host_ops", "end_ns")[wanted].astype(np.int64)
     names = tables.column("host_ops", "name")[wanted]
     keys = np.stack([process[wanted], thread[wanted]]) if len(start) else np.zeros((2, 0))
+    named = _named_ranges(tables, threads, set(steps.frame["name"]))
+    if named is not None:  # ranges that say what their ops do (iotrace/attention-decode around aten::matmul)
+        start, end = np.concatenate([start, named[0]]), np.concatenate([end, named[1]])
+        names = np.concatenate([names, named[2]])
+        keys = np.concatenate([keys, named[3]], axis=1)
     order = np.lexsort((-end, start, keys[1], keys[0])) if len(start) else np.zeros(0, dtype=np.int64)
     other = DEVICE_ROLES.index("other")
     lo, hi, roles = [], [], []
@@ -159,6 +164,28 @@ def _host_intervals(tables: TraceTables, steps: Steps) -> tuple[np.ndarray, np.n
         stack.append((e, covered or role != "other"))
     return (np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64), np.array(roles, dtype=np.int64),
             other_time.most_common())
+
+
+def _named_ranges(tables: TraceTables, threads: set[tuple[float, float]], marks: set[str],
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The ranges on the steps' threads whose name has a role (``record_function("iotrace/attention-decode")``, as
+    iotrace's torch path names its kernels under a profiler), as extra ops: the step marks themselves left out, and a
+    range of no recognised role too (it would turn the Python inside it into "other")."""
+    if not tables.rows("ranges"):
+        return None
+    ranges = tables.ranges
+    ranges = ranges[(ranges["domain"] == "user_annotation") & ranges["start_ns"].notna() & ranges["end_ns"].notna()]
+    keep = [op_role(str(n)) != "other" and str(n) not in marks and not str(n).startswith("iotrace/step ")
+            for n in ranges["name"]]
+    ranges = ranges[keep]
+    process = ranges["process"].astype("float64").fillna(-1).to_numpy()
+    thread = ranges["thread"].astype("float64").fillna(-1).to_numpy()
+    on = np.array([(p, t) in threads for p, t in zip(process.tolist(), thread.tolist(), strict=True)], dtype=bool)
+    if not on.any():
+        return None
+    ranges = ranges[on]
+    return (ranges["start_ns"].to_numpy(dtype=np.int64), ranges["end_ns"].to_numpy(dtype=np.int64),
+            ranges["name"].to_numpy(dtype=object), np.stack([process[on], thread[on]]))
 
 
 def _charge(lo: np.ndarray, hi: np.ndarray, role: np.ndarray, start: np.ndarray, end: np.ndarray,
