@@ -100,7 +100,10 @@ def find_steps(tables: TraceTables, pattern: str | None = None) -> Steps | None:
         hit = names.str.match(source.pattern)
         if hit.any():
             rows = host[hit.to_numpy()]
-            return _finish(tables, rows, [parse(n) for n in rows["name"]], source.words, counts)
+            found = _finish(tables, rows, [parse(n) for n in rows["name"]], source.words, counts)
+            if source is _VLLM:
+                _context_from_runner(found, host, names)
+            return found
     if len(host):
         python = host[host["domain"] == "python_function"]
         if len(python):
@@ -143,6 +146,25 @@ def _iotrace_counts(name: str) -> _Counts:
     phase, requests, tokens, context = match.group(1), *(int(g) for g in match.groups()[1:])
     prompt = tokens if phase == "prefill" else None
     return phase, requests, prompt, requests, tokens, context
+
+
+def _context_from_runner(steps: Steps, host: pd.DataFrame, names: pd.Series) -> None:
+    """vLLM's annotations state no context: where iotrace's runner put its own range around the engine step (``iotrace
+    bench --engine vllm --profile``), the context it states is the step's."""
+    import pandas as pd
+
+    runner = host[names.str.match(IOTRACE_STEP.pattern).to_numpy()].sort_values("start_ns", kind="stable")
+    if not len(runner):
+        return
+    starts = runner["start_ns"].to_numpy(dtype=np.int64)
+    ends = runner["end_ns"].to_numpy(dtype=np.int64)
+    contexts = [_iotrace_counts(str(n))[5] for n in runner["name"]]
+    frame = steps.frame
+    found = []
+    for start, end in zip(frame["start_ns"], frame["end_ns"], strict=True):
+        at = int(np.searchsorted(starts, start, side="right")) - 1
+        found.append(contexts[at] if at >= 0 and ends[at] >= end else None)
+    frame["context"] = pd.array(found, dtype="Int64")
 
 
 def _unstated(name: object) -> _Counts:
