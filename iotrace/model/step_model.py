@@ -122,5 +122,6 @@ def step_options(tables: Any, trace: Path, *, model: StepModel | None = None, ca
                                             else (None, None, ""))
     machine = machine_of(tables, card, bandwidth_gbs, tp)
     if bandwidth_gbs is None and saved_bandwidth is not None and (machine is None or not tables.rows("kernels")):
-        machine = Machine(saved_bandwidth, f"copy loop in {saved_source}", None, "", machine.tp if machine else 1)
+        machine = Machine(saved_bandwidth, f"copy loop in {saved_source}", None, "", machine.tp if machine else 1,
+                          measured=True)
     return StepOptions(pattern, model or saved, machine, batch)

@@ -79,6 +79,12 @@ def _tensor_cores(corpus: Path) -> Note:
     return tensor_cores.build(corpus)
 
 
+def _where_tok_s_went(corpus: Path) -> Note:
+    from iotrace.notes import tok_s
+
+    return tok_s.build(corpus)
+
+
 def _kernel_note(name: str) -> Callable[[Path], Note]:
     def build(corpus: Path) -> Note:
         from iotrace.notes import kernel_notes
@@ -100,6 +106,8 @@ PUBLISHED: dict[str, Published] = {
     # Real ncu reports from the corpus and the GEMM plugin cross-compiled for sm_80 and sm_90.
     "tensor-cores": Published("tensor-cores", _tensor_cores, needs_corpus=True),
     "cardbook-recipes": Published("cardbook-recipes", _cardbook_recipes, needs_corpus=False),
+    # The corpus's vLLM H100 trace and this project's own CPU traces of the pinned model (traces/where-the-tok-s-went).
+    "where-the-tok-s-went": Published("where-the-tok-s-went", _where_tok_s_went, needs_corpus=True),
 }
 
 

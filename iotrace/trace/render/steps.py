@@ -60,7 +60,7 @@ def _floor(pct: float, what: str) -> str:
     is below what the machine reached (a copy loop on a loaded machine, or weights that stay in cache)."""
     if pct > 100:
         return f"faster than {what} at this bandwidth: the bandwidth is understated"
-    return f"{pct:.0f}% of {what}"
+    return f"{pct:.2g}% of {what}" if pct < 1 else f"{pct:.0f}% of {what}"
 
 
 def _footer(report: StepReport) -> list[str]:
