@@ -179,7 +179,9 @@ def test_amd_library_kernels_are_libraries(name: str, family: str) -> None:
 def test_amd_call_advice_is_rocm_advice(family: str) -> None:
     origin = classify({"rocclr": "__amd_rocclr_copyBuffer", "composable-kernel": "ck_tile::kentry<1>(int)",
                        "tensile": "Cijk_Alik_Bljk_SB", "miopen": "naive_conv_fwd_nchw_float",
-                       "nccl": "ncclDevKernel_Generic", "aten": "at::native::reduce_kernel<1>(int)"}[family])
+                       "nccl": "ncclDevKernel_Generic", "aten": "at::native::reduce_kernel<1>(int)",
+                       # ROCm/aiter, csrc/: namespace aiter
+                       "aiter": "void aiter::grouped_topk_kernel<float, float __vector(4), 1, true>(float*)"}[family])
     for topic in TOPICS:
         text = call_advice(origin, topic, amd=True)
         assert not CUDA_ONLY.search(text), (family, topic, text)

@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 
 from iotrace.trace import load
-from iotrace.trace.reports.origin import FAMILIES, LABELS, TOPICS, Origin, call_advice, classify, older_build
+from iotrace.trace.reports.origin import (
+    COMMUNICATION,
+    FAMILIES,
+    LABELS,
+    TOPICS,
+    Origin,
+    call_advice,
+    classify,
+    older_build,
+)
 
 from .conftest import corpus_exports
 
@@ -38,8 +47,8 @@ PUBLIC: list[tuple[str, str, str | None, str]] = [
     ("nvjet_tst_192x192_64x3_2x1_v_bz_coopB_NTN", "cublas", None, "https://github.com/NVIDIA/Fuser/pull/4873"),
     ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)", "nccl", None,
      "https://github.com/NVIDIA/Fuser/pull/4873"),
-    ("nvf::nvfuser_reduction_f0_c1_r0_g21(nvf::Tensor<nvf::__bfloat, (int)3, (int)4>, nvf::Tensor<nvf::__", "user",
-     None, "https://github.com/NVIDIA/Fuser/pull/4873"),
+    ("nvf::nvfuser_reduction_f0_c1_r0_g21(nvf::Tensor<nvf::__bfloat, (int)3, (int)4>, nvf::Tensor<nvf::__",
+     "nvfuser", None, "https://github.com/NVIDIA/Fuser/pull/4873"),
     ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_par", "flash-attention", None,
      "https://github.com/NVIDIA/Fuser/pull/4873"),
     ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90"
@@ -71,6 +80,85 @@ PUBLIC: list[tuple[str, str, str | None, str]] = [
      "https://github.com/pytorch/pytorch/issues/120478"),
 ]
 
+# Issue 45 item 2: communication libraries besides NCCL, and the libraries the last round left as "user". None of their
+# kernels but vLLM's, ggml-cuda's, FBGEMM's, Apex's and nvFuser's is in the corpus (those are in CORPUS_CASES): each
+# name here is written as a profiler prints the kernel declared in the cited source file (demangled as Kineto and
+# Nsight Systems show it; truncated where profiles seen in public notes truncate it).
+FROM_SOURCE: list[tuple[str, str, str | None, str]] = [
+    # PyTorch symmetric memory: the kernels of torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu as
+    # Kineto demangles a kernel of an anonymous namespace; multimem_all_reduce_kernel is the one a B200 vLLM trace
+    # showed with 8 blocks (vLLM uses it by default since vllm-project/vllm#24111).
+    ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, unsigned long, "
+     "unsigned int**, unsigned long, unsigned long)", "symm-mem", None,
+     "https://github.com/pytorch/pytorch/blob/main/torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu"),
+    ("void (anonymous namespace)::two_shot_all_reduce_kernel<c10::BFloat16, 16, 4, false, false>(c10::BFloat16**, "
+     "c10::BFloat16*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned long, unsigned long)",
+     "symm-mem", None,
+     "https://github.com/pytorch/pytorch/blob/main/torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu"),
+    # vLLM's custom all-reduce, two-stage variant (csrc/custom_all_reduce.cuh; the one-stage one is in the corpus).
+    ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, "
+     "__nv_bfloat16*, int, int)", "vllm-allreduce", None,
+     "https://github.com/vllm-project/vllm/blob/main/csrc/custom_all_reduce.cuh"),
+    # FlashInfer's port of TensorRT-LLM's fused all-reduce, as SGLang B200 profiles list it (flashinfer-ai/flashinfer
+    # include/flashinfer/comm/trtllm_allreduce_fusion.cuh); TensorRT-LLM's own one-shot kernel.
+    ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<(flashinfer::"
+     "trtllm_allreduce_fusion::AllReduceFusionPattern)1, __nv_bfloat16, 8, fal", "trtllm-allreduce", None,
+     "https://github.com/flashinfer-ai/flashinfer/blob/main/include/flashinfer/comm/trtllm_allreduce_fusion.cuh"),
+    ("void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 8, true, false>(tensorrt_llm::kernels::"
+     "AllReduceParams)", "trtllm-allreduce", None,
+     "https://github.com/NVIDIA/TensorRT-LLM/blob/main/cpp/tensorrt_llm/kernels/customAllReduceKernels.cu"),
+    # NVSHMEM's on-stream barrier and its proxy kernel (src/include/internal/non_abi/nvshmemi_h_to_d_coll_defs.cuh).
+    ("void barrier_on_stream_kernel_threadgroup<(threadgroup_t)1>(int, int)", "nvshmem", None,
+     "https://github.com/NVIDIA/nvshmem/blob/main/src/include/internal/non_abi/nvshmemi_h_to_d_coll_defs.cuh"),
+    ("nvshmemi_proxy_rma_entrypoint_blocking", "nvshmem", None, "https://github.com/NVIDIA/nvshmem"),
+    # DeepEP (csrc/kernels/intranode.cu: namespace deep_ep::intranode).
+    ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*, int*, int4 const*, "
+     "float const*, long const*, float const*, bool const*, int const*, int, int, int, int, int, int, int, int, "
+     "void**, int, int, ", "deepep", None,
+     "https://github.com/deepseek-ai/DeepEP/blob/main/csrc/kernels/intranode.cu"),
+    ("void deep_ep::intranode::combine<__nv_bfloat16, (int)8, (int)768, (int)4096>(T1 *, float *", "deepep", None,
+     "https://github.com/deepseek-ai/DeepEP/blob/main/csrc/kernels/intranode.cu"),
+    # FlashInfer's own kernels (include/flashinfer/norm.cuh, attention/decode.cuh) and a CuTe DSL one.
+    ("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, "
+     "__nv_bfloat16*, unsigned int, unsigned int, unsigned int, float, float)", "flashinfer", None,
+     "https://github.com/flashinfer-ai/flashinfer/blob/main/include/flashinfer/norm.cuh"),
+    ("void flashinfer::BatchDecodeWithPagedKVCacheKernel<...>", "flashinfer", None,
+     "https://github.com/flashinfer-ai/flashinfer/blob/main/include/flashinfer/attention/decode.cuh"),
+    ("kernel_cutlass_kernel_flashinfernormkernelsrmsnormRMSNormKernel_object_at__tensorptrbf16gm", "flashinfer", None,
+     "https://github.com/flashinfer-ai/flashinfer"),
+    # Marlin as vLLM names it (csrc/quantization/gptq_marlin/: namespace marlin) and the original (IST-DASLab).
+    ("void marlin::Marlin<(long)1125899906909960>", "marlin", None,
+     "https://github.com/vllm-project/vllm/tree/main/csrc/quantization/gptq_marlin"),
+    ("void Marlin<256, 1, 8, 8, 4, 8>(int4 const*, int4 const*, int4*, int4 const*, int, int, int, int*)", "marlin",
+     None, "https://github.com/IST-DASLab/marlin/blob/master/marlin/marlin_cuda_kernel.cu"),
+    # TensorRT-LLM's own kernels (cpp/tensorrt_llm/kernels/: namespace tensorrt_llm::kernels).
+    ("void tensorrt_llm::kernels::mmha::masked_multihead_attention_kernel<unsigned short, unsigned short, 128>(",
+     "tensorrt-llm", None, "https://github.com/NVIDIA/TensorRT-LLM/tree/main/cpp/tensorrt_llm/kernels"),
+    # Apex's layer norm (csrc/layer_norm_cuda_kernel.cu).
+    ("void cuApplyLayerNorm<c10::Half, float, c10::Half>(c10::Half*, float*, float*, c10::Half const*, int, int, "
+     "float, c10::Half const*, c10::Half const*)", "apex", None,
+     "https://github.com/NVIDIA/apex/blob/master/csrc/layer_norm_cuda_kernel.cu"),
+    # nvFuser's TorchScript-era name, from an nvprof log (NVIDIA/Fuser's tests compile "CudaCodeGen::kernel1").
+    ("CudaCodeGen::kernel1(CudaCodeGen::Tensor<float, int=2>, CudaCodeGen::Tensor<float, int=2>, "
+     "CudaCodeGen::Tensor<float, int=2>, CudaCodeGen::Tensor<float, int=2>)", "nvfuser", None,
+     "https://github.com/NVIDIA/Fuser/blob/main/csrc/options.cpp"),
+    # AITER (ROCm/aiter, csrc/: namespace aiter), demangled and mangled.
+    ("void aiter::grouped_topk_kernel<c10::BFloat16, float __vector(4), true>(c10::BFloat1", "aiter", None,
+     "https://github.com/ROCm/aiter"),
+    ("_ZN5aiter23mhc_pre_big_fuse_kernelIDF16bLi320ELi4ELi", "aiter", None, "https://github.com/ROCm/aiter"),
+    # ggml-cuda's flash attention (ggml/src/ggml-cuda/fattn-mma-f16.cuh, fattn-common.cuh).
+    ("void flash_attn_ext_f16<128, 128, 8, 1, 4, false, false>(char const*, char const*, char const*, char const*, "
+     "char const*, int const*, float*, float2*, float, float, float, float, unsigned int, float, int)", "ggml-cuda",
+     None, "https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-cuda/fattn-mma-f16.cuh"),
+    ("void flash_attn_combine_results<128>(float const*, float2 const*, float*, int)", "ggml-cuda", None,
+     "https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-cuda/fattn-common.cuh"),
+    # A user's extern "C" rms_norm_f32 (no ggml template arguments) stays user CUDA.
+    ("rms_norm_f32(float*, float const*, float const*, int)", "user", None,
+     "extern \"C\" rms_norm_f32 kernels of user projects (find_string over public code)"),
+]
+
+H100_VLLM = "kineto/h100sxm_x4tp_vllm_v1_llama3-70b_prefill1049_decode9_rank0_kineto.json.gz"
+R9700_LLAMACPP = "rocprof/r9700_gfx1201_llamacpp_q4_0_rocprof-v1_results.stats.csv"
 # (corpus file, a substring of its kernel names, family, built_for): every name of the file holding the substring.
 CORPUS_CASES: list[tuple[str, str, str, str | None]] = [
     ("kineto/a100_pg509_triton_kernel_kineto.json.gz", "triton_poi_fused_add_cos_sin_0", "triton", None),
@@ -121,7 +209,7 @@ CORPUS_CASES: list[tuple[str, str, str, str | None]] = [
     ("nsys/a40_a100pcie_cutlass_gemm_nsys2023.2.sqlite", "cutlass::Kernel<cutlass::gemm::kernel::Gemm<", "cutlass",
      None),
     ("nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite", "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTT", "cublas", None),
-    ("nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite", "nvfuser_", "user", None),  # nvFuser codegen: no family for it
+    ("nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite", "nvfuser_", "nvfuser", None),  # nvFuser's generated kernel
     # *_execute_kernel_trt: TensorRT's tactic, though the sm80_xmma_fprop_ prefix is cuDNN's too.
     ("nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite", "sm80_xmma_fprop_", "tensorrt", "8.0"),
     ("nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite", "sm50_xmma_pooling_", "tensorrt", "5.0"),
@@ -131,6 +219,38 @@ CORPUS_CASES: list[tuple[str, str, str, str | None]] = [
     ("kineto/mi250_rocm6.2_kineto_NONNVIDIA.json.gz", "Cijk_", "tensile", None),  # rocBLAS/Tensile solutions
     ("rocprof/mi300x_ck_tile_batched_gemm_rocpd_rocprofv3-rocm7.1.1.db", "ck_tile::", "composable-kernel", None),
     ("rocprof/mi300x_ck_tile_batched_gemm_rocpd_rocprofv3-rocm7.1.1.db", "__amd_rocclr_", "rocclr", None),
+    # Issue 45 item 2: the vLLM V1 H100 trace's communication kernels and vLLM's own kernels.
+    (H100_VLLM, "vllm::cross_device_reduce_1stage", "vllm-allreduce", None),
+    (H100_VLLM, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "nccl", None),
+    (H100_VLLM, "ncclDevKernel_AllGather_RING_LL", "nccl", None),
+    (H100_VLLM, "vllm::reshape_and_cache_flash_kernel", "vllm", None),
+    (H100_VLLM, "triton_poi_fused_add_all_reduce", "triton", None),  # Inductor's name for a fused op, not a collective
+    # llama.cpp's ggml-cuda kernels on an RDNA 4 GPU (HIP keeps the names), and the rocBLAS/hipBLASLt GEMMs beside.
+    (R9700_LLAMACPP, "mul_mat_q<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "mul_mat_vec_q<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "quantize_q8_1(", "ggml-cuda", None),
+    (R9700_LLAMACPP, "quantize_mmq_q8_1<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "k_get_rows", "ggml-cuda", None),
+    (R9700_LLAMACPP, "k_set_rows", "ggml-cuda", None),
+    (R9700_LLAMACPP, "rms_norm_f32<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "soft_max_f32<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "rope_norm<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "k_bin_bcast<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "convert_unary<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "cpy_scalar<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "unary_gated_op_kernel<", "ggml-cuda", None),
+    (R9700_LLAMACPP, "Cijk_", "tensile", None),
+    # FBGEMM's table-batched embeddings and sparse ops, and Apex's FusedAdam (AdamFunctor, adamMode_t), in a V100
+    # trace and the two-rank recommendation model traces.
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "fbgemm_gpu::", "fbgemm", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "split_embedding_", "fbgemm", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "bounds_check_indices_kernel", "fbgemm", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "linearize_index_kernel", "fbgemm", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "permute_pooled_embs_kernel", "fbgemm", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "recat_copy_async_kernel", "fbgemm", None),
+    ("kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz", "multi_tensor_apply_kernel<TensorListMetadata<4>, "
+     "AdamFunctor", "apex", None),
+    ("kineto-ranks/rank-0.json.gz", "fbgemm_gpu::(anonymous namespace)::_FP8rowwise", "fbgemm", None),
 ]
 
 
@@ -146,7 +266,8 @@ def corpus_names(corpus: Path) -> dict[str, set[str]]:
     return names
 
 
-@pytest.mark.parametrize(("name", "family", "built_for", "source"), PUBLIC, ids=[p[0][:40] for p in PUBLIC])
+@pytest.mark.parametrize(("name", "family", "built_for", "source"), PUBLIC + FROM_SOURCE,
+                         ids=[p[0][:40] for p in PUBLIC + FROM_SOURCE])
 def test_public_names(name: str, family: str, built_for: str | None, source: str) -> None:
     origin = classify(name)
     assert (origin.family, origin.built_for) == (family, built_for), f"{name} ({source}): {origin}"
@@ -156,13 +277,18 @@ def test_public_names(name: str, family: str, built_for: str | None, source: str
 def test_every_corpus_name_classifies(corpus_names: dict[str, set[str]]) -> None:
     seen = {f for names in corpus_names.values() for f in (classify(n).family for n in names)}
     assert sum(map(len, corpus_names.values())) > 500
-    # The corpus holds every family but FlashAttention and MIOpen (no attention or MIOpen kernel is in it).
-    assert seen >= set(FAMILIES) - {"flash-attention", "miopen"}, seen
+    # The corpus holds every family but these: no attention kernel of FlashAttention's or FlashInfer's, no MIOpen,
+    # no engine kernel of TensorRT-LLM, Marlin or AITER, no collective but NCCL's and vLLM's (their names are in
+    # PUBLIC, each with its source).
+    absent = {"flash-attention", "miopen", "flashinfer", "tensorrt-llm", "marlin", "aiter", "trtllm-allreduce",
+              "symm-mem", "nvshmem", "deepep"}
+    assert seen >= set(FAMILIES) - absent, seen
     for names in corpus_names.values():
         for name in names:
             origin = classify(name)
             assert origin.family in FAMILIES and origin.label == LABELS[origin.family] and origin.evidence
             assert origin.library == (origin.tunable == ()) == (origin.family not in ("triton", "user"))
+            assert origin.communication == (origin.family in COMMUNICATION)
 
 
 @pytest.mark.parametrize(("file", "part", "family", "built_for"), CORPUS_CASES,
@@ -260,3 +386,39 @@ def test_call_advice_refuses_knob_kernels_and_unknown_topics() -> None:
             call_advice(classify(name), "memory")
     with pytest.raises(ValueError, match="unknown topic"):
         call_advice(classify("ampere_sgemm_128x64_nn"), "registers")
+
+
+@pytest.mark.parametrize("family", sorted(COMMUNICATION))
+def test_communication_advice_is_about_the_collective(family: str) -> None:
+    """Issue 45 item 2: a collective's advice never tells it to launch more blocks or split the work (GEMM advice):
+    its grid is the library's by design, and its cost is the link and the peers."""
+    origin = Origin(family, LABELS[family], True, None, "test", communication=True)
+    for topic in TOPICS:
+        text = call_advice(origin, topic)
+        assert "split-K" not in text and "Launch more" not in text and "smaller blocks" not in text, (family, text)
+    assert "by design" in call_advice(origin, "small-grid")
+    assert "not a knob" in call_advice(origin, "occupancy")
+    assert "Wave quantization does not apply" in call_advice(origin, "tail")
+    assert "slower rank" in call_advice(origin, "stall")
+
+
+def test_call_advice_names_each_librarys_own_knobs() -> None:
+    def advice(name: str, topic: str = "memory", amd: bool = False) -> str:
+        return call_advice(classify(name), topic, amd)
+
+    vllm_ar = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 4>(vllm::RankData*, vllm::RankSignals, int, int)"
+    assert "--disable-custom-all-reduce" in advice(vllm_ar) and "8 MiB" in advice(vllm_ar)
+    multimem = "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*)"
+    assert "at most 8 blocks" in advice(multimem, "small-grid") and "VLLM_ALLREDUCE_USE_SYMM_MEM" in advice(multimem)
+    assert "Buffer.set_num_sms" in advice("void deep_ep::intranode::combine<__nv_bfloat16, 8, 768, 4096>(float*)")
+    ggml = "void mul_mat_vec_q<(ggml_type)14, 1, false, false>(void const*, ggml_cuda_mm_fusion_args_device)"
+    for knob in ("-ngl", "-fa", "-ub", "ggml_type"):
+        assert knob in advice(ggml, "latency") and knob in advice(ggml, "compute", amd=True), knob
+    assert "CMAKE_CUDA_ARCHITECTURES" in advice(ggml, "old-build")
+    marlin = advice("void marlin::Marlin<(long)1125899906909960>", "small-grid")
+    assert "group size" in marlin and "16-32 tokens" in marlin and "Machete" in marlin
+    assert "max_num_tokens" in advice("void tensorrt_llm::kernels::mmha::masked_multihead_attention_kernel<128>(")
+    assert "--kv-cache-dtype" in advice("void flashinfer::BatchDecodeWithPagedKVCacheKernel<...>")
+    assert "NVFUSER_DUMP=segmented_fusion" in advice("<unnamed>::nvfuser_none_f0_c0_r0_g0(<unnamed>::Tensor<float>)")
+    assert "fused=True" in advice("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>>(int)")
+    assert "table-batched" in advice("void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*)")

@@ -136,7 +136,8 @@ class KernelReport:
             "origin": None if self.origin is None else {"family": self.origin.family, "label": self.origin.label,
                                                         "library": self.origin.library,
                                                         "built_for": self.origin.built_for,
-                                                        "evidence": self.origin.evidence},
+                                                        "evidence": self.origin.evidence,
+                                                        "communication": self.origin.communication},
             "occupancy": self.occupancy.to_dict() if self.occupancy is not None else
             {"theoretical_pct": None, "theoretical_pct_ncu": None, "achieved_pct": None, "limiters": []},
             "stalls": self.stall_shares(),
