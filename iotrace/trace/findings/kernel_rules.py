@@ -122,7 +122,8 @@ def _bound(facts: KernelFacts) -> list[Finding]:
         # more in flight; only a scoreboard or barrier wait is hidden by more loads in flight or more warps.
         info, share = lead
         try_next = f"{info.label} leads the warp stalls ({share:.0%}): {info.knob}"
-    if roof.bound == "latency" and facts.blocks is not None and facts.sms and facts.blocks < facts.sms:
+    if roof.bound == "latency" and facts.blocks is not None and facts.sms and facts.blocks < facts.sms \
+            and not facts.origin.communication:  # a collective's small grid is by design (no small-grid finding)
         try_next = "The grid cannot fill the GPU (see the small-grid finding). " + try_next
     stored = bound_verdict(list(facts.stored))
     if stored is not None and stored != roof.bound:
@@ -169,8 +170,8 @@ MODEL_EXCESS_RULE = Rule("model-excess", "roofline", f"counted DRAM bytes > {MOD
 
 def _stall(facts: KernelFacts) -> list[Finding]:
     ranked, stalls = facts.stalls, facts.waits
-    if stalls.empty or facts.origin.family == "nccl":
-        return []  # NCCL waits on its peers by design: overlap and exposure are its findings
+    if stalls.empty or facts.origin.communication:
+        return []  # a collective waits on its peers by design: overlap and exposure are its findings
     top = stalls.iloc[0]
     share, issue = float(top["share"]), facts.issue_active
     if share <= DOMINANT_SHARE or (issue is not None and issue >= ISSUE_ACTIVE_LIMIT):
@@ -213,7 +214,7 @@ STALL = Rule("dominant-stall", "warp stalls", f"one stall reason > {DOMINANT_SHA
 def _occupancy_limit(facts: KernelFacts) -> list[Finding]:
     occ, roof = facts.occupancy, facts.roofline
     if occ is None or occ.result is None or occ.theoretical_pct is None or occ.theoretical_pct >= 100.0 \
-            or facts.origin.family == "nccl":
+            or facts.origin.communication:
         return []
     if roof is None or roof.bound != "latency":
         return []  # more warps only help a kernel that waits: at or near a roof they queue for the same unit
@@ -262,7 +263,7 @@ MISMATCH = Rule("occupancy-mismatch", "occupancy", "iotrace's theoretical occupa
 def _achieved_gap(facts: KernelFacts) -> list[Finding]:
     occ = facts.occupancy
     if occ is None or occ.achieved_pct is None or occ.achieved_source.startswith("estimated") \
-            or facts.origin.family == "nccl":
+            or facts.origin.communication:
         return []
     theoretical = occ.theoretical_pct_file if occ.theoretical_pct_file is not None else occ.theoretical_pct
     if theoretical is None or theoretical - occ.achieved_pct < ACHIEVED_GAP_PCT:

@@ -15,9 +15,8 @@ from iotrace.trace.findings.advice import next_step
 from iotrace.trace.findings.facts import KernelFacts
 from iotrace.trace.findings.rule import Rule, finding
 from iotrace.trace.reports.launch_groups import config_text
-from iotrace.trace.reports.origin import classify, older_build
+from iotrace.trace.reports.origin import classify, is_communication, older_build
 from iotrace.trace.reports.records import Evidence, Finding
-from iotrace.trace.reports.time_split import COMM_KERNEL
 from iotrace.trace.reports.vendor import NVIDIA, Vocabulary
 
 __all__ = ["FILE_RULES", "LAUNCH_RULES", "TAIL_SHARE", "TINY_BLOCKS", "FileFacts"]
@@ -55,8 +54,8 @@ def _wave(facts: KernelFacts) -> tuple[float, str, str] | None:
 
 def _small_grid(facts: KernelFacts) -> list[Finding]:
     blocks, sms = facts.blocks, facts.sms
-    if blocks is None or not sms or blocks >= sms or facts.origin.family == "nccl":
-        return []  # NCCL launches a block per channel by design: its findings are overlap and exposure
+    if blocks is None or not sms or blocks >= sms or facts.origin.communication:
+        return []  # a collective launches a few blocks (NCCL one per channel) by design: its findings are overlap
     per_sm = facts.blocks_per_sm or 1
     threads = facts.threads_per_block
     tiny = blocks <= TINY_BLOCKS or (threads is not None and blocks * threads <= 32)
@@ -100,8 +99,8 @@ SMALL_GRID = Rule("small-grid", "launch", "blocks in the grid < the device's SM 
 
 def _tail(facts: KernelFacts) -> list[Finding]:
     wave = _wave(facts)
-    if wave is None or facts.origin.family == "nccl":
-        return []
+    if wave is None or facts.origin.communication:
+        return []  # a collective's blocks wait on the peers for its whole length: waves do not apply
     waves, source, basis = wave
     whole = math.ceil(waves - 1e-9)
     if waves < 1.0 or whole == waves:
@@ -230,7 +229,7 @@ def _configurations(facts: FileFacts) -> list[Finding]:
         occupancy = [None if column is None or pd.isna(o) else float(o)
                      for o in (rows[column] if column else [None] * len(rows))]
         known = [o for o in occupancy if o is not None]
-        if COMM_KERNEL.search(str(name)) or (file_ns > 0 and total / file_ns < CONFIG_SHARE) or \
+        if is_communication(name) or (file_ns > 0 and total / file_ns < CONFIG_SHARE) or \
                 (len(known) == len(occupancy) and max(known) - min(known) < CONFIG_OCCUPANCY_POINTS):
             continue
         weighted = [(o, t) for o, t in zip(occupancy, totals, strict=True) if o is not None and t > 0]
@@ -259,7 +258,7 @@ def _configurations(facts: FileFacts) -> list[Finding]:
 
 CONFIGURATIONS = Rule("configurations", "launch configurations", "one kernel name launched in more than one distinct "
                       f"configuration, taking >= {CONFIG_SHARE:.0%} of kernel time, its configurations' occupancies "
-                      f"{CONFIG_OCCUPANCY_POINTS:g} points or more apart (where known); not NCCL",
+                      f"{CONFIG_OCCUPANCY_POINTS:g} points or more apart (where known); not communication",
                       "iotrace (a row per configuration hides nothing; the finding says what one row per name "
                       "would, where the difference matters)", _configurations, scope="file")
 

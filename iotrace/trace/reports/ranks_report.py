@@ -9,8 +9,10 @@ Definitions, after Holistic Trace Analysis (HTA; facebookresearch/HolisticTraceA
 Computation Overlap" and hta/analyzers/communication_analysis.py):
 
 * a **communication kernel** is one whose name contains ``ncclKernel`` or ``ncclDevKernel`` (HTA's
-  ``is_comm_kernel``; RCCL keeps NCCL's kernel names); every other kernel is **compute** (copies and sets are in
-  ``TraceTables.transfers``, not kernels, as HTA's MEMORY kind is apart);
+  ``is_comm_kernel``; RCCL keeps NCCL's kernel names) and, beyond HTA, a kernel of the other communication libraries
+  the origin table knows (vLLM's custom all-reduce, PyTorch symmetric memory, NVSHMEM, DeepEP, TensorRT-LLM's
+  all-reduce: :func:`iotrace.trace.reports.origin.is_communication`); every other kernel is **compute** (copies and
+  sets are in ``TraceTables.transfers``, not kernels, as HTA's MEMORY kind is apart);
 * the **overlap** of a rank is the time both some communication kernel and some compute kernel run, over the time
   some communication kernel runs (each kind's intervals merged first), so 100% means communication is fully hidden
   (over all the rank's kernels: a rank drives one GPU in the usual one-process-per-GPU launch);
@@ -212,8 +214,10 @@ class RankReport:
         matrix = self.kernel_matrix()
         return {"world_size": self.world_size, "backend": self.backend, "ranks": len(self.summary),
                 "missing": self.missing, "ranks_line": self.ranks_line(),
-                "definitions": {"comm_kernel": COMM_KERNEL.pattern, "overlap": "time both communication and compute "
-                                "kernels run / time communication kernels run (HTA)", "straggler": STRAGGLER_RULE},
+                "definitions": {"comm_kernel": f"{COMM_KERNEL.pattern} (HTA), or another communication library's "
+                                "kernel (iotrace.trace.reports.origin.is_communication)",
+                                "overlap": "time both communication and compute kernels run / time communication "
+                                "kernels run (HTA)", "straggler": STRAGGLER_RULE},
                 "summary": self.summary.to_dict("records"),
                 "kernels": [{"name": name, "kind": kinds[name], "total_ns": float(row.sum()),
                              "per_rank_ns": {label: float(v) for label, v in row.items()}}

@@ -5,7 +5,10 @@ latency.
 The span of a device runs from its first GPU operation's start to its last one's end (as Nsight Systems' GPU gaps rule
 bounds it). Kernels on concurrent streams overlap, so each instant is counted once, for the first category busy at it
 in the order compute, communication, copies: the four parts sum to the span, and communication is the time it is
-*exposed* (not hidden under compute). Communication kernels are NCCL's and RCCL's, by name (:data:`COMM_KERNEL`).
+*exposed* (not hidden under compute). Communication kernels are those the origin table calls communication
+(:func:`iotrace.trace.reports.origin.is_communication`): NCCL's and RCCL's (HTA's :data:`COMM_KERNEL`), and vLLM's
+custom all-reduce, PyTorch symmetric memory, NVSHMEM, DeepEP and TensorRT-LLM's all-reduce, which HTA counts as
+compute.
 
 A kernel's launch (kernels with the launching API call's start and end, ``launch_ns``/``launch_end_ns``): the call's
 own duration; then, from the call's end to the kernel's start, *launch latency* where the kernel started on an idle
@@ -24,13 +27,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from iotrace.trace.reports.origin import is_communication
 from iotrace.trace.tables import TraceTables
 
 __all__ = ["CATEGORIES", "COMM_KERNEL", "LaunchSplit", "TimeSplit", "comm_mask", "launch_split", "merge", "time_split",
            "union_ns"]
 
 #: NCCL's (and RCCL's) kernel names: ``ncclKernel_AllReduce_RING_LL_Sum_float`` (NCCL < 2.19) and
-#: ``ncclDevKernel_...`` (NCCL >= 2.19). HTA's is_comm_kernel (hta/utils/utils.py) matches the same names.
+#: ``ncclDevKernel_...`` (NCCL >= 2.19). HTA's is_comm_kernel (hta/utils/utils.py) matches the same names; iotrace's
+#: :func:`comm_mask` counts these and the other communication libraries the origin table knows.
 COMM_KERNEL = re.compile(r"nccl(?:Dev)?Kernel")
 
 #: The parts of a device's span, in the order an instant is attributed.
@@ -38,8 +43,10 @@ CATEGORIES = ("compute", "communication", "copies", "idle")
 
 
 def comm_mask(names: pd.Series) -> pd.Series:
-    """True where a kernel name is a communication (NCCL/RCCL) kernel; see :data:`COMM_KERNEL`."""
-    return names.fillna("").astype(str).str.contains(COMM_KERNEL)
+    """True where a kernel name is a communication kernel (:func:`iotrace.trace.reports.origin.is_communication`),
+    decided once per distinct name."""
+    names = names.fillna("").astype(str)
+    return names.map({n: is_communication(n) for n in names.unique()}).astype(bool)
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
