@@ -50,6 +50,9 @@ class TimelineFacts:
     tables: TraceTables
     #: True where the trace is an inference engine's (its steps were found): advice about training does not fit it.
     inference: bool = False
+    #: What shows the trace records CUDA graph capture (:func:`iotrace.trace.reports.graph_capture.capture_run`):
+    #: its launch-bound stretches are the capture, not overhead a graph would remove.
+    capturing: str | None = None
 
     @property
     def vocab(self) -> Vocabulary:
@@ -270,7 +273,7 @@ SYNC_API = Rule("sync-api", "timeline", "calls that block the host until the GPU
 
 def _launch_bound(facts: TimelineFacts) -> list[Finding]:
     split = facts.line.launches
-    if split is None or split.per_kernel.empty:
+    if split is None or split.per_kernel.empty or facts.capturing:
         return []
     out = []
     graph_starts = _graph_kernel_starts(facts.tables)

@@ -28,6 +28,7 @@ from iotrace.trace.findings import (
 from iotrace.trace.info import smem_columns, smem_text
 from iotrace.trace.reports.amd_occupancy import device_gfx
 from iotrace.trace.reports.capture_gaps import capture_gaps
+from iotrace.trace.reports.graph_capture import capture_run
 from iotrace.trace.reports.launch_groups import group_launches, group_metrics, unprofiled
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.ncu_rules import NOT_PROFILED_NOTE, StoredRule, rule_results_of, rules_status, stored_rules
@@ -463,13 +464,15 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
                 roof_rows.append({"kernel_id": kid, "kernel": name, "basis": point.basis, "flops": point.flops,
                                   "duration_ns": point.duration_ns, **vars(level), "bound": point.bound,
                                   "pct_of_attainable": point.pct_of_attainable})
-    stepped = step_report(tables, steps)  # before the timeline rules: an inference trace gets inference advice
+    capturing = capture_run(tables)
+    stepped = step_report(tables, steps, capturing=capturing)  # first: an inference trace gets inference advice
     line, not_run = None, []
     timed = tables.kernels["start_ns"].notna().any() and tables.kernels["end_ns"].notna().any()
     if timed or not tables.ranges.empty:
         line = timeline(tables)
         missing += line.unavailable
-        timeline_findings, not_run = evaluate_timeline(TimelineFacts(line, tables, inference=stepped is not None))
+        timeline_findings, not_run = evaluate_timeline(TimelineFacts(line, tables, inference=stepped is not None,
+                                                                     capturing=capturing))
         findings += timeline_findings
     configs = _select(tables, kernel, False)[0] if each_launch else None
     unprofiled_ids = [i for ids, profiled in zip(every["launch_ids"], every["profiled"], strict=True)
@@ -479,6 +482,11 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
     findings += file_findings
     if stepped is not None:
         findings += stepped.findings
+    if capturing is not None:  # first, as a launch that was not profiled is: it qualifies every finding after it
+        findings.append(Finding("profiling", capturing[0].upper() + capturing[1:] + ".", (),
+                                "Record the profile after start-up (vLLM: start_profile() once the engine is up; "
+                                "nsys --delay or a capture range), when the graphs replay.", "measured",
+                                severity="info", rule="graph-capture"))
     ranked = rank(findings)
     notes = list(tables.meta.get("notes", [])) + plugins.notes
     if any(f.rule == "not-profiled" for f in file_findings):  # the finding says what the reader's note says, first

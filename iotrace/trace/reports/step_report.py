@@ -169,7 +169,8 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def step_report(tables: TraceTables, options: StepOptions | None = None) -> StepReport | None:
+def step_report(tables: TraceTables, options: StepOptions | None = None,
+                capturing: str | None = None) -> StepReport | None:
     """The step report of ``tables``, or None where no step is found and none was asked for (``options.pattern``).
 
     :raises InvalidValueError: a ``--steps`` pattern matching nothing; a step faster than its wall (the model, bits,
@@ -202,7 +203,7 @@ def step_report(tables: TraceTables, options: StepOptions | None = None) -> Step
         notes.append(f"{flow.uncharged_ns / 1e6:.1f} ms between runs of steps (gaps longer than the median step) "
                      "are charged to no step")
     report = StepReport(steps, flow, phases, [], options.model, options.machine, notes)
-    report.findings = _findings(report)
+    report.findings = _findings(report, capturing)
     return report
 
 
@@ -312,7 +313,7 @@ _CPU_ADVICE = {
 }
 
 
-def _findings(report: StepReport) -> list[Finding]:
+def _findings(report: StepReport, capturing: str | None = None) -> list[Finding]:
     """Each recoverable category at :data:`SHARE_FINDING` of a phase or more, with its gain bound: removing that time
     from every step of the phase."""
     out = []
@@ -324,7 +325,9 @@ def _findings(report: StepReport) -> list[Finding]:
                 continue
             rule, advice = (_CPU_ADVICE if report.waterfall.device == "cpu" else {}).get(category,
                                                                                           _ADVICE[category])
-            if category == "idle" and report.waterfall.device == "gpu" and \
+            if category == "idle" and capturing:
+                advice = ("this trace records graph capture: its steps are a warm-up; read the replays' steps")
+            elif category == "idle" and report.waterfall.device == "gpu" and \
                     report.steps.frame.loc[report.steps.frame["phase"] == phase.phase, "graph_launches"].gt(0).any():
                 advice = ("the steps already replay CUDA graphs: the device waits between the graph pieces (vLLM's "
                           "piecewise graphs run attention eager); a full graph of the step removes the gaps")
