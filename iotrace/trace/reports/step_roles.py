@@ -14,8 +14,8 @@ matrix product hides the all-reduce that runs beside it, so communication is cha
   ``triton_poi_``/``triton_red_``/``triton_per_`` and ATen's elementwise kernels);
 - ``other``: every kernel or op not recognised, shown with its name, never dropped;
 - ``copy``: copies and fills (``direct_copy_kernel``, ``CatArrayBatchedCopy``, ``aten::copy_``/``to``/``cat``);
-- ``communication``: NCCL/RCCL, vLLM's custom all-reduce (``cross_device_reduce_1stage``/``2stage``), PyTorch
-  symmetric memory (``multimem_all_reduce_kernel``, ``one_shot_all_reduce``), NVSHMEM, DeepEP.
+- ``communication``: what the origin table calls a communication library's kernel (:func:`origin.is_communication`:
+  NCCL/RCCL, vLLM's custom all-reduce, PyTorch symmetric memory, NVSHMEM, DeepEP, TensorRT-LLM's all-reduce).
 
 Patterns were written from kernel names in the corpus (the vLLM V1 H100 trace: ``sm90_xmma_gemm_bf16bf16_*``,
 ``flash_fwd_splitkv_kernel``, ``cross_device_reduce_1stage``, ``ncclDevKernel_AllGather_RING_LL``,
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 from functools import cache
+
+from iotrace.trace.reports.origin import is_communication
 
 __all__ = ["CATEGORIES", "DEVICE_ROLES", "LABELS", "kernel_role", "op_role"]
 
@@ -52,8 +54,6 @@ _KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
     # they fuse ("triton_poi_fused_add_all_reduce_..._embedding" is a masked embedding, not communication); a KV-cache
     # write names the attention backend it writes for ("reshape_and_cache_flash_kernel").
     ("elementwise", r"^triton_(?:poi|red|per)_|reshape_and_cache|concat_and_cache"),
-    ("communication", r"nccl|rccl|cross_device_reduce|all_?reduce|allgather|all_gather|reduce_scatter|multimem"
-                      r"|one_shot|two_shot|nvshmem|deep_?ep|alltoall"),
     ("attention", r"flash|fmha|attention|attn|paged_attention|mha_|_fwd_kernel|BatchDecodeWithPagedKVCache"
                   r"|BatchPrefillWith|SinglePrefillWith|SingleDecodeWith|xformers|cudnn_generated_fort_native_sdpa"),
     ("gemm", r"gemm|gemv|xmma|nvjet|cublas|splitKreduce|marlin|machete|mul_mat|mmq|mmvq|matmul|_mm_|Cijk_|wgmma"
@@ -87,6 +87,8 @@ def _compiled(which: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
 @cache
 def kernel_role(name: str) -> str:
     """The role (:data:`DEVICE_ROLES`) of a GPU kernel, from its name; ``other`` where none is recognised."""
+    if is_communication(name):  # the origin table's communication libraries (NCCL, custom all-reduce, ...)
+        return "communication"
     head = name.split("(", 1)[0] if not name.startswith("void ") else name[5:].split("(", 1)[0]
     for role, pattern in _compiled("kernel"):
         if pattern.search(head):
