@@ -298,8 +298,6 @@ def test_readme_csv_row_as_published() -> None:
 @pytest.mark.parametrize(("fixture", "said"), [
     ("kineto_trace.json", "Kineto"),
     ("unrelated.json", "keys model, top1"),
-    ("llama_bench_truncated.json", "invalid JSON at line 69"),
-    ("llama_bench_bad_line.jsonl", "line 3 is not valid JSON"),
     ("llama_bench_empty.json", "empty JSON array"),
     ("README.md", "not JSON"),
 ])
@@ -308,6 +306,48 @@ def test_bad_files_are_one_line_errors_naming_the_file(fixture: str, said: str) 
         load_bench_file(DATA / fixture)
     message = str(caught.value)
     assert str(DATA / fixture) in message and said in message and "\n" not in message
+
+
+def test_a_run_cut_short_keeps_its_finished_rows_and_names_the_cut_line() -> None:
+    """``-o json`` cut before its ``]`` (its first test whole, the second cut at line 39) and ``-o jsonl`` whose third
+    line is cut: the whole rows are read as in the uncut file, and a note names the cut line."""
+    whole = load_bench_file(DATA / "llama_bench_readme_b5163.json")
+    (first,) = load_bench_file(DATA / "llama_bench_truncated.json")
+    assert (first.tokens_per_s, first.test) == (whole[0].tokens_per_s, whole[0].test) == (7100.002165, "pp512")
+    assert first.source.endswith("llama_bench_truncated.json#0")
+    assert len(first.read_notes) == 1 and "cut short" in first.read_notes[0] and "line 39" in first.read_notes[0]
+    lines = (DATA / "llama_bench_bad_line.jsonl").read_text().splitlines()
+    rows = load_bench_file(DATA / "llama_bench_bad_line.jsonl")
+    assert [r.tokens_per_s for r in rows] == [json.loads(line)["avg_ts"] for line in lines[:2]]
+    assert {r.read_notes for r in rows} == {rows[0].read_notes} and "(line 3: " in rows[0].read_notes[0]
+
+
+def test_pasted_csv_and_json_keep_their_rows_and_note_the_lines_skipped(tmp_path: Path) -> None:
+    """llama-bench ``-o csv`` and ``-o json`` as a terminal shows them: the run's log lines before the header and
+    between the rows, CRLF, a second CSV row cut short, a shell prompt after; each row as in the file, one note per
+    kind naming its first line and count."""
+    log = "llama_model_loader: loaded meta data with 29 key-value pairs and 291 tensors from model.gguf"
+    header, row = (DATA / "llama_bench_readme_b5163.csv").read_text().splitlines()[:2]
+    path = tmp_path / "pasted.csv"
+    path.write_bytes("\r\n".join([log, header, log, log, row, row[:40], "user@box:~/llama.cpp$ "]).encode())
+    (run,) = load_bench_file(path)
+    assert run.tokens_per_s == load_bench_file(DATA / "llama_bench_readme_b5163.csv")[0].tokens_per_s
+    assert run.source == f"{path}:5"
+    notes = "; ".join(run.read_notes)
+    assert len(run.read_notes) == 4
+    assert "skipped 1 log line(s) before the CSV header (line 1: llama_model_loader" in notes
+    assert "skipped 2 log line(s) between the CSV rows (the first line 3: " in notes
+    assert "skipped 1 row(s) cut short at the end (line 6: " in notes
+    assert "skipped 1 shell prompt line(s) (line 7: user@box:~/llama.cpp$)" in notes
+    lines = (DATA / "llama_bench_readme_b5163.json").read_text().split("\n")
+    closing = next(i for i, line in enumerate(lines) if line.startswith("  },"))
+    path = tmp_path / "pasted.json"
+    path.write_text("\n".join([*lines[:closing + 1], log, f"[2025-04-24 11:58:51] {log}", *lines[closing + 1:],
+                               "$ "]))
+    assert [r.tokens_per_s for r in load_bench_file(path)] == [7100.002165, 118.881588]
+    (note, prompt) = load_bench_file(path)[0].read_notes
+    assert f"skipped 2 line(s) that are not JSON (log output) (the first line {closing + 2}: {log[:40]}" in note
+    assert prompt.startswith(f"skipped 1 shell prompt line(s) (line {len(lines) + 3}: $)")
 
 
 @pytest.mark.parametrize(("content", "said"), [

@@ -238,16 +238,24 @@ def test_notebook_stream_output_rows_name_their_cell_and_line(tmp_path: Path) ->
 # --- 7. bad input: one line naming the file and the line ------------------------------------------------------------
 
 
-def test_markdown_header_without_params_is_refused_at_its_line(bench: Path, tmp_path: Path) -> None:
-    """A llama-bench header that lost its params column (line 51 of an edited copy) is named with its line."""
+def test_a_table_whose_header_lost_its_params_column_is_skipped_the_others_read(bench: Path, tmp_path: Path) -> None:
+    """A llama-bench header that lost its params column (line 51 of an edited copy): that table (Test 1) is skipped
+    with a note naming its line, Tests 2 and 3 are read; a file holding only that table is refused in one line."""
     text = (bench / L40S_MD).read_text()
     lines = text.splitlines(keepends=True)
     assert "|     params |" in lines[50]
     lines[50] = lines[50].replace("|     params |", "|     weight |")
     path = tmp_path / "no_params.md"
     path.write_text("".join(lines))
-    message = one_line_error(path, ngl=(0, 10, 99))
-    assert f"{path}:51:" in message and "params" in message
+    rows = load_bench_file(path, ngl=(0, 10, 99))
+    expected = md_rows(text, "| qwen3 8B")[2:]
+    assert [(r.source, r.tokens_per_s) for r in rows] == [(f"{path}:{n}", rate(c[6])[0]) for n, c in expected]
+    (note,) = rows[0].read_notes
+    assert "line 51: no params column" in note
+    alone = tmp_path / "only_no_params.md"
+    alone.write_text("".join(lines[49:55]))
+    message = one_line_error(alone, ngl=(0,))
+    assert "no row that can be read" in message and "no params column" in message
 
 
 def test_two_gpus_above_one_table_need_card(tmp_path: Path) -> None:
@@ -263,12 +271,15 @@ def test_two_gpus_above_one_table_need_card(tmp_path: Path) -> None:
     assert {r.card_key for r in load_bench_file(path, card="rtx4090")} == {"rtx4090"}
 
 
-def test_size_in_an_unknown_unit_is_refused_at_its_line(bench: Path, tmp_path: Path) -> None:
-    """"5.44 GB" (llama-bench prints GiB or MiB) on the first qwen3 row, line 53."""
+def test_a_row_with_a_size_in_an_unknown_unit_is_skipped_at_its_line(bench: Path, tmp_path: Path) -> None:
+    """"5.44 GB" (llama-bench prints GiB or MiB) on the first qwen3 row, line 53: that row is skipped with a note
+    naming its line and cell, the other five read."""
     path = tmp_path / "gb.md"
     path.write_text((bench / L40S_MD).read_text().replace("5.44 GiB", "5.44 GB", 1))
-    message = one_line_error(path, ngl=(0, 10, 99))
-    assert f"{path}:53:" in message and "'5.44 GB'" in message
+    rows = load_bench_file(path, ngl=(0, 10, 99))
+    assert [r.source for r in rows] == [f"{path}:{n}" for n in (54, 68, 69, 83, 84)]
+    (note,) = rows[0].read_notes
+    assert "line 53: size '5.44 GB' is not in MiB or GiB" in note
 
 
 def test_ngl_with_too_few_values_for_the_tables(bench: Path) -> None:
@@ -309,6 +320,19 @@ def test_a_serve_json_with_a_request_rate_that_is_no_number(bench: Path, tmp_pat
     path.write_text(json.dumps({**obj, "request_rate": "abc"}))
     message = one_line_error(path, **OPTIONS[VLLM_SERVE])
     assert f"{path}:1:" in message and "request_rate is 'abc'" in message
+
+
+def test_a_newer_serve_json_with_inf_rate_and_e2el_latencies(bench: Path, tmp_path: Path) -> None:
+    """vllm/benchmarks/serve.py's save-result: request_rate "inf" (an infinite rate: all requests at once), its
+    newer keys (failed, label, max_concurrency null) and the end-to-end latencies as mean_e2el_ms / median_e2el_ms."""
+    obj = {k: v for k, v in json.loads((bench / VLLM_SERVE).read_text()).items() if not isinstance(v, list)}
+    path = tmp_path / "inf_rate.json"
+    path.write_text(json.dumps({**obj, "request_rate": "inf", "failed": 0, "label": None, "max_concurrency": None,
+                                "mean_e2el_ms": 23456.5, "median_e2el_ms": 21000.25}))
+    (row,) = load_bench_file(path, **OPTIONS[VLLM_SERVE])
+    assert row.request_rate == math.inf and "all at once" in row.test and row.max_concurrency is None
+    assert (row.latency_avg_s, row.latency_p50_s) == (23.4565, 21.00025)
+    assert row.tokens_per_s == pytest.approx(1000 / obj["median_tpot_ms"], rel=EXACT)
 
 
 # --- 8. the whole corpus ----------------------------------------------------------------------------------------------

@@ -10,20 +10,14 @@ run; ``n_depth`` (``-d``, newer builds) is the context already in the KV cache w
 ``(n_prompt + n_gen)`` tokens over each repetition's time, averaged; ``stddev_ts`` their sample standard deviation;
 ``model_size`` is bytes.
 
-A Markdown table states less than the JSON: sizes rounded to 0.01 GiB, no GPU name, and no ``ngl`` column when the
-backend list names BLAS (``markdown_printer::print_header`` treats such a build as a CPU backend). Where each row ran
-is told from its columns first (``ngl``; a ``backend`` of CPU alone) and then from the device lines llama.cpp printed
-above the table (``ggml_cuda_init: found 1 CUDA devices`` / ``Device 0: NAME, compute capability``, or ``failed to
-initialize CUDA``); a row that still cannot be placed is refused, with how to say it (``--ngl``).
+The Markdown tables and the notebooks that print them are read in :mod:`iotrace.model.import_markdown`;
+every reader keeps the rows it can read and notes the lines it skipped (:mod:`iotrace.model.import_text`).
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +32,10 @@ from iotrace.model.import_rows import (
     field_text,
     walls_of,
 )
+from iotrace.model.import_text import Skipped, is_prompt
 
-__all__ = ["CPU_BACKENDS", "DEFAULT_NGL", "is_llama_row", "is_notebook", "llama_csv_rows", "llama_markdown_rows",
-           "llama_run", "looks_like_llama_markdown", "notebook_rows", "what_is"]
+__all__ = ["CPU_BACKENDS", "DEFAULT_NGL", "is_llama_csv_header", "is_llama_row", "llama_csv_rows", "llama_run",
+           "typed_field", "what_is"]
 
 #: llama-bench's defaults (``cmd_params_defaults`` in llama-bench.cpp): -ngl 99 offloads every layer of any model
 #: it was written for, and -ub 512 is the micro-batch a prompt is evaluated in.
@@ -215,9 +210,12 @@ _INT_FIELDS = frozenset({"build_number", "n_batch", "n_ubatch", "n_threads", "po
                          "no_op_offload", "n_cpu_moe", "fit_target", "fit_min_ctx", "flash_attn"})
 _BOOL_FIELDS = frozenset({"f16_kv", "no_kv_offload", "cpu_strict", "embeddings", "no_host"})
 _FLOAT_FIELDS = frozenset({"avg_ts", "stddev_ts"})
+# csv_printer::print_header: the field names joined by commas, unquoted (test::get_fields).
+CSV_HEADER = re.compile(r"^[a-z_]+(?:,[a-z_]+)+$")
 
 
-def _typed(key: str, value: str, where: str) -> Any:
+def typed_field(key: str, value: str, where: str) -> Any:
+    """A llama-bench field printed as text (a CSV or Markdown cell) as the type ``test::get_field_type`` gives it."""
     try:
         if key in _INT_FIELDS:
             return int(value)
@@ -231,258 +229,44 @@ def _typed(key: str, value: str, where: str) -> Any:
     return value
 
 
-def llama_csv_rows(path: Path, text: str, setting: Setting) -> list[ImportedRun]:
-    """The rows of a ``llama-bench -o csv`` file (its header names every field)."""
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader)
-    missing = [k for k in ("n_prompt", "n_gen", "avg_ts") if k not in header]
-    if missing:
-        raise InvalidValueError(f"{path}: the CSV header lacks {', '.join(missing)}",
-                                "restore the file as llama-bench -o csv wrote it")
+def is_llama_csv_header(line: str) -> bool:
+    return bool(CSV_HEADER.match(line.strip())) and {"n_prompt", "n_gen", "avg_ts"} <= set(line.strip().split(","))
+
+
+def llama_csv_rows(path: Path, text: str, setting: Setting, skipped: Skipped) -> list[ImportedRun]:
+    """The rows of a ``llama-bench -o csv`` file (its header names every field), as pasted.
+
+    csv_printer quotes every value, so a line that does not open with a quote is not a row: the run's log output or
+    a shell prompt, skipped and noted. A last row with fewer cells than the header is a paste cut short.
+    """
+    lines = text.split("\n")
+    start = next(i for i, line in enumerate(lines) if is_llama_csv_header(line))
+    for number, line in enumerate(lines[:start], start=1):
+        if line.strip():
+            skipped.add("shell prompt line(s)" if is_prompt(line) else "log line(s) before the CSV header", number,
+                        line)
+    header = lines[start].strip().split(",")
+    # the last row-like line (a shell prompt may follow it): a row cut there is where the paste stops
+    last = max((i for i, line in enumerate(lines) if line.lstrip().startswith('"')), default=-1) + 1
     cards: dict[str, tuple[Card | None, str]] = {}
     out = []
-    for number, cells in enumerate(reader, start=2):
-        if not cells:
+    for number, line in enumerate(lines[start + 1:], start=start + 2):
+        if not line.strip():
+            continue
+        if not line.lstrip().startswith('"'):
+            skipped.add("shell prompt line(s)" if is_prompt(line) else "log line(s) between the CSV rows", number,
+                        line)
+            continue
+        cells = next(csv.reader([line]))
+        if len(cells) != len(header) or not line.rstrip().endswith('"'):
+            kind = "row(s) cut short at the end" if number == last else "row(s) with a different number of cells"
+            skipped.add(kind, number, f"{len(cells)} of {len(header)} cells: {line}")
             continue
         where = f"{path}:{number}"
-        if len(cells) != len(header):
-            raise InvalidValueError(f"{where} has {len(cells)} cells, the header {len(header)}",
-                                    "the line is cut short or damaged: rerun the bench, or delete that line")
-        obj = {key: _typed(key, value, where) for key, value in zip(header, cells, strict=True)}
+        obj = {key: typed_field(key, value, where) for key, value in zip(header, cells, strict=True)}
         out.append(llama_run(obj, where, setting, cards))
     if not out:
-        raise InvalidValueError(f"{path}: a llama-bench CSV header with no rows", "no test finished: rerun it")
+        raise InvalidValueError(f"{path}: a llama-bench CSV header with no rows that can be read"
+                                + (f" ({'; '.join(skipped.notes())})" if skipped.kinds else ""),
+                                "no test finished: rerun it")
     return out
-
-
-# --- -o md ----------------------------------------------------------------------------------------------------------
-
-# The columns every markdown_printer table has, by their display names.
-_MD_NEEDED = ("model", "size", "params", "backend", "test", "t/s")
-# A GPU named by the device lines printed above a table: CUDA and ROCm builds ("ggml_cuda_init: found 1 CUDA
-# devices:" then "  Device 0: NVIDIA L40S, compute capability 8.9, VMM: yes"), Vulkan ("ggml_vulkan: 0 = NAME (").
-_DEVICE = re.compile(r"^\s*Device \d+: ([^,]+),|^ggml_vulkan: \d+ = (.+?) \(")
-# A GPU backend that failed to start: llama.cpp then runs every layer on the CPU, whatever the backend column says.
-_NO_GPU = re.compile(r"failed to initialize (CUDA|ROCm|HIP)|no (CUDA|ROCm)-capable device")
-_BUILD = re.compile(r"^build: (\w+) \((\d+)\)")
-# A shell line running llama-bench ("$ llama-bench -m x.gguf -ngl 99"), and its -ngl option (a list: -ngl 0,99).
-_COMMAND = re.compile(r"^(?:[$#>!]\s*)?(?:\S*/)?llama-bench(?:\.exe)?\s+(.*)$")  # the program, not "-o llama-bench"
-# nvidia-smi's banner: "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |"; it describes
-# the machine for the rest of the file.
-_DRIVER = re.compile(r"Driver Version:\s*([\d.]+)\s+CUDA Version:\s*([\d.]+)")
-_NGL_OPTION = re.compile(r"(?:^|\s)(?:-ngl|--n-gpu-layers)[\s=]+(\S+)")
-_TEST = re.compile(r"^(?:pp ?(\d+))?(?:\+)?(?:tg ?(\d+))?(?: @ d(\d+))?$")
-_SIZE_UNITS = {"MiB": 2 ** 20, "GiB": 2 ** 30}
-# Terminal colour codes a saved log keeps (ggml's device lines, a notebook's stream output).
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PARAM_UNITS = {"M": 1e6, "B": 1e9}
-
-
-@dataclass
-class _Table:
-    line: int                       # the header's line number
-    columns: list[str]
-    rows: list[tuple[int, list[str]]] = field(default_factory=list)
-    devices: list[str] = field(default_factory=list)
-    no_gpu: str = ""                # the device line that says the GPU backend failed
-    command: str = ""               # the llama-bench command line printed above the table, if any
-    command_at: int = 0             # its line
-    driver: str = ""                # the NVIDIA driver and CUDA versions nvidia-smi printed earlier in the file
-    build: tuple[str, int] | None = None
-
-
-def looks_like_llama_markdown(text: str) -> bool:
-    """Whether ``text`` holds a llama-bench Markdown table header."""
-    return any(_is_header(line) for line in text.splitlines())
-
-
-def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
-
-
-def _is_header(line: str) -> bool:
-    return line.lstrip().startswith("|") and set(_MD_NEEDED) <= set(_cells(line))
-
-
-def _tables(text: str, at: Callable[[int], str]) -> list[_Table]:
-    tables: list[_Table] = []
-    devices: list[str] = []
-    no_gpu = command = driver = ""
-    command_at = 0
-    current: _Table | None = None
-    lines = text.splitlines()
-    for number, line in enumerate(lines, start=1):
-        stripped = line.strip()
-        if current is not None:
-            if stripped.startswith("|"):
-                if not set(stripped) <= set("|-: "):  # the separator row
-                    current.rows.append((number, _cells(stripped)))
-                continue
-            tables.append(current)
-            current = None
-        build = _BUILD.match(stripped)
-        if build and tables and tables[-1].build is None:
-            tables[-1].build = (build.group(1), int(build.group(2)))
-            devices, no_gpu, command = [], "", ""  # the next run prints its own device lines
-            continue
-        if _COMMAND.search(stripped):
-            command, command_at = stripped, number
-        found = _DRIVER.search(line)
-        if found:
-            driver = f"driver {found.group(1)}, CUDA {found.group(2)} (nvidia-smi)"
-        device = _DEVICE.match(line)
-        if device:
-            devices.append((device.group(1) or device.group(2)).strip())
-        elif _NO_GPU.search(line):
-            no_gpu = f"line {number}: {stripped}"
-        if _is_header(line):
-            current = _Table(number, _cells(line), devices=devices, no_gpu=no_gpu, command=command,
-                             command_at=command_at, driver=driver)
-            devices, no_gpu, command = [], "", ""
-        elif stripped.startswith("|") and {"model", "test", "t/s"} <= set(_cells(line)) \
-                and set(_cells(line)) & {"size", "params", "backend"}:  # not llama-benchy's (model, test, t/s, ttfr)
-            lacking = [c for c in _MD_NEEDED if c not in _cells(line)]
-            raise InvalidValueError(f"{at(number)}: a llama-bench table without the {', '.join(lacking)} column",
-                                    "paste the table as llama-bench printed it (every column)")
-    if current is not None:
-        tables.append(current)
-    return tables
-
-
-def _unit_value(cell: str, units: dict[str, float], what: str, where: str) -> int:
-    number, _, unit = cell.partition(" ")
-    if unit not in units:
-        raise InvalidValueError(f"{where}: {what} {cell!r} is not in {' or '.join(units)} as llama-bench prints it",
-                                "paste the table as llama-bench printed it")
-    try:
-        return round(float(number) * units[unit])
-    except ValueError:
-        raise InvalidValueError(f"{where}: {what} {cell!r} is not a number", "paste the table unedited") from None
-
-
-def _md_object(table: _Table, number: int, cells: list[str], where: str) -> dict[str, Any]:
-    if len(cells) != len(table.columns):
-        raise InvalidValueError(f"{where} has {len(cells)} cells, its table's header {len(table.columns)}",
-                                "paste the table as llama-bench printed it")
-    row = dict(zip(table.columns, cells, strict=True))
-    test = _TEST.match(row["test"])
-    if not row["test"] or test is None or not any(test.groups()[:2]):
-        raise InvalidValueError(f"{where}: test {row['test']!r} is not ppN, tgN or ppN+tgN [@ dN]",
-                                "paste the table as llama-bench printed it")
-    rate, _, spread = row["t/s"].partition("±")
-    try:
-        avg_ts, stddev_ts = float(rate), float(spread) if spread.strip() else None
-    except ValueError:
-        raise InvalidValueError(f"{where}: t/s {row['t/s']!r} is not 'N ± N'", "paste the table unedited") from None
-    obj: dict[str, Any] = {
-        "model_type": row["model"], "model_size": _unit_value(row["size"], _SIZE_UNITS, "size", where),
-        "model_n_params": _unit_value(row["params"], _PARAM_UNITS, "params", where), "backends": row["backend"],
-        "n_prompt": int(test.group(1) or 0), "n_gen": int(test.group(2) or 0), "n_depth": int(test.group(3) or 0),
-        "avg_ts": avg_ts, "stddev_ts": stddev_ts, "markdown_row": cells,
-    }
-    for column, key in (("ngl", "n_gpu_layers"), ("threads", "n_threads"), ("n_ubatch", "n_ubatch"),
-                        ("n_batch", "n_batch"), ("fa", "flash_attn")):
-        if column in row:
-            obj[key] = _typed(key, row[column], where)
-    for column in ("type_k", "type_v", "sm"):
-        if column in row:
-            obj["split_mode" if column == "sm" else column] = row[column]
-    if table.build is not None:
-        obj["build_commit"], obj["build_number"] = table.build
-    if table.driver:
-        obj["driver"] = table.driver
-    if table.command:  # the command as the file shows it, without its shell prompt
-        obj["command"] = "llama-bench " + _COMMAND.search(table.command).group(1)
-    return obj
-
-
-def _place(table: _Table, obj: dict[str, Any], index: int, setting: Setting, where: str) -> str:
-    """Set where the row ran (``n_gpu_layers``, ``gpu_info``) from its columns, then its table's device lines."""
-    if obj["backends"] in CPU_BACKENDS:
-        obj["n_gpu_layers"] = 0
-        return f"backend {obj['backends']}: the model ran on the CPU"
-    if table.no_gpu:
-        obj["n_gpu_layers"] = 0
-        return f"ran on the CPU: the GPU backend did not start ({table.no_gpu})"
-    names = list(dict.fromkeys(table.devices))
-    if len(names) > 1 and setting.card is None:
-        raise InvalidValueError(f"{where}: the table's device lines name {len(names)} GPUs ({', '.join(names)}) for "
-                                "one row", "pass --card to say which card the row is filed under")
-    obj["gpu_info"] = names[0] if names else ""
-    if "n_gpu_layers" not in obj:
-        if len(setting.ngl) > index:
-            obj["n_gpu_layers"] = setting.ngl[index]
-            return f"ngl {setting.ngl[index]} as stated with --ngl (the table does not show it)"
-        if table.command:
-            option = _NGL_OPTION.search(table.command)
-            if option is None:
-                obj["n_gpu_layers"] = DEFAULT_NGL
-                return (f"ngl {DEFAULT_NGL}, llama-bench's default: the command above the table sets none "
-                        f"(line {table.command_at}: {table.command})")
-            if option.group(1).isdigit():
-                obj["n_gpu_layers"] = int(option.group(1))
-                return (f"ngl {option.group(1)} from the command above the table (line {table.command_at}: "
-                        f"{table.command})")
-        raise InvalidValueError(
-            f"{where}: the table at line {table.line} has no ngl column (llama-bench hides it when its backends "
-            f"include BLAS: {obj['backends']}), so whether the model ran on the GPU cannot be told",
-            "pass --ngl with the -ngl of each table in file order (e.g. --ngl 0,10,99)")
-    return ""
-
-
-def llama_markdown_rows(path: Path, text: str, setting: Setting,
-                        at: Callable[[int], str] | None = None) -> list[ImportedRun]:
-    """The rows of every llama-bench Markdown table in ``text``, each placed on the machine that ran it.
-
-    ``at`` names line n of ``text`` in messages and sources (default ``PATH:n``; a notebook's names its cell).
-    """
-    at = at or (lambda number: f"{path}:{number}")
-    tables = _tables(_ANSI.sub("", text), at)
-    if not tables:
-        raise InvalidValueError(f"{path} holds no llama-bench Markdown table",
-                                "paste the table with its header row (| model | size | params | backend | … |)")
-    if setting.ngl and len(setting.ngl) != len(tables):
-        raise InvalidValueError(f"--ngl gives {len(setting.ngl)} values for {len(tables)} tables in {path}",
-                                "give one -ngl per table, in file order")
-    cards: dict[str, tuple[Card | None, str]] = {}
-    out = []
-    for index, table in enumerate(tables):
-        if not table.rows:
-            raise InvalidValueError(f"{at(table.line)}: a llama-bench table header with no rows",
-                                    "paste the whole table")
-        for number, cells in table.rows:
-            where = at(number)
-            obj = _md_object(table, number, cells, where)
-            note = _place(table, obj, index, setting, where)
-            out.append(llama_run(obj, where, setting, cards, machine_note=note))
-    return out
-
-
-# --- Jupyter notebooks ----------------------------------------------------------------------------------------------
-
-
-def is_notebook(obj: Any) -> bool:
-    """Whether ``obj`` is a Jupyter notebook (nbformat 4: ``cells``, ``nbformat``)."""
-    return isinstance(obj, dict) and isinstance(obj.get("cells"), list) and "nbformat" in obj
-
-
-def notebook_rows(path: Path, notebook: dict[str, Any], setting: Setting) -> list[ImportedRun]:
-    """The llama-bench tables a notebook's cells print (stream and text outputs) or paste (Markdown cells).
-
-    Each row's source is ``PATH (cell C, line L)``: the cell counted from 1 and the line within that cell's text.
-    """
-    lines: list[str] = []
-    places: list[str] = []
-    for c, cell in enumerate(notebook["cells"], start=1):
-        texts = [cell.get("source", "")] if cell.get("cell_type") == "markdown" else []
-        for output in cell.get("outputs", []) if isinstance(cell, dict) else []:
-            texts.append(output.get("text") or output.get("data", {}).get("text/plain", ""))
-        cell_lines = [_ANSI.sub("", line) for text in texts
-                      for line in ("".join(text) if isinstance(text, list) else str(text)).splitlines()]
-        lines += cell_lines
-        places += [f"{path} (cell {c}, line {n})" for n in range(1, len(cell_lines) + 1)]
-    text = "\n".join(lines)
-    if not looks_like_llama_markdown(text):
-        raise InvalidValueError(f"{path} is a Jupyter notebook whose cells print no llama-bench table",
-                                "import the bench's own output file, or the notebook that printed its table")
-    return llama_markdown_rows(path, text, setting, at=lambda number: places[number - 1])

@@ -101,6 +101,9 @@ class ImportedRun:
     tpot_median_s: float | None = None
     itl_median_s: float | None = None
     output_tokens_per_s: float | None = None
+    #: the lines of the file its reader skipped, one note per kind with its count and first line (log lines pasted
+    #: between the rows, a shell prompt, a row cut at the end, a table that cannot be read); the same on every row
+    read_notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (``raw`` included)."""

@@ -7,16 +7,22 @@ Read, sniffed from the content:
   ``output_len`` tokens, timed end to end. The file does not record those three, so the caller passes them.
 * vLLM's ``vllm bench throughput --output-json`` (``elapsed_time``, ``num_requests``, ``total_num_tokens``,
   ``requests_per_second``, ``tokens_per_second``; ``tokens_per_second`` counts prompt and output tokens).
-* vLLM's ``vllm bench serve --save-result`` (``benchmarks/benchmark_serving.py`` in older releases): one object with
-  ``request_rate``, ``completed``, ``total_input_tokens``, ``total_output_tokens``, ``request_throughput``,
-  ``output_throughput`` and ``{mean,median,std,p99}_{ttft,tpot,itl}_ms``, plus per-request lists.
+* vLLM's ``vllm bench serve --save-result`` (``vllm/benchmarks/serve.py``; ``benchmarks/benchmark_serving.py`` in
+  older releases): one object (JSON lines with ``--append-result``) with ``backend``, ``model_id``,
+  ``request_rate`` (the string ``"inf"`` for an infinite rate), ``max_concurrency`` (null when unset),
+  ``completed``, ``total_input_tokens``, ``total_output_tokens``, ``request_throughput``, ``output_throughput`` and
+  ``{mean,median,std,p99}_{ttft,tpot,itl}_ms`` (``process_one_metric``; ``…_e2el_ms`` when asked for), plus
+  per-request lists.
 * SGLang's ``python -m sglang.bench_one_batch --result-filename`` (one JSON line per batch size and length:
   ``batch_size``, ``input_len``, ``output_len``, ``prefill_latency``, ``prefill_throughput``,
   ``median_decode_latency``, ``median_decode_throughput`` = batch / median step time, ``overall_throughput``): a
   static batch, so a prefill row and a decode row with the walls of that batch.
-* SGLang's ``python -m sglang.bench_serving --output-file``: one JSON line per run, with ``request_rate`` (the bare
-  token ``Infinity`` when every request is sent at once), ``median_ttft_ms``, ``median_itl_ms``,
-  ``output_throughput`` and, in newer versions, the ``mean_*``/``p99_*`` keys too.
+* SGLang's ``python -m sglang.bench_serving --output-file`` (``python/sglang/bench_serving.py``, its ``result``
+  dict appended as ``json.dumps(result)``): one JSON line per run, with ``backend``, ``dataset_name``,
+  ``request_rate`` (the bare token ``Infinity`` when every request is sent at once), ``max_concurrency``,
+  ``completed``, ``total_input_tokens``, ``total_output_tokens``, ``output_throughput``, ``median_ttft_ms``,
+  ``median_itl_ms``, ``{mean,median}_e2e_latency_ms`` and, in newer versions, the ``*_tpot_ms`` and ``p99_*`` keys
+  too.
 
 A serving row's rate is one stream's: 1 / the median TPOT (time per output token after the first; vLLM), or 1 / the
 median inter-token latency where the file has no TPOT (older SGLang). Its wall is the decode wall of one stream,
@@ -155,17 +161,33 @@ def is_serving_result(obj: Any) -> bool:
     return isinstance(obj, dict) and obj.keys() >= _SERVE_KEYS and ("median_itl_ms" in obj or "median_tpot_ms" in obj)
 
 
+#: How the benches write an infinite rate (every request sent at time 0): vLLM's save-result writes the string
+#: ``"inf"`` (``args.request_rate if args.request_rate < float("inf") else "inf"`` in benchmarks/benchmark_serving.py
+#: and vllm/benchmarks/serve.py, vllm-project/vllm); SGLang's bench_serving ``json.dumps`` the float, the bare token
+#: ``Infinity`` (python/sglang/bench_serving.py, sgl-project/sglang); a hand-edited file may say "infinity".
+_INFINITE_RATES = frozenset({"inf", "+inf", "infinity", "+infinity"})
+
+
 def _rate(obj: dict[str, Any], where: str) -> float:
     value = obj.get("request_rate")
+    if isinstance(value, str) and value.strip().lower() in _INFINITE_RATES:
+        return math.inf
     if isinstance(value, (int, float)) and not isinstance(value, bool) and (value > 0):
         return float(value)  # math.inf: every request sent at once (the file's bare Infinity)
-    raise InvalidValueError(f"{where}: request_rate is {value!r}, not a positive rate or Infinity",
+    raise InvalidValueError(f"{where}: request_rate is {value!r}, not a positive rate, 'inf' or Infinity",
                             "restore the file as the bench wrote it")
 
 
 def _ms(obj: dict[str, Any], key: str, where: str) -> float | None:
     value = field_number(obj, key, where, default=None)
     return None if value is None else float(value) / 1e3
+
+
+def _e2e(obj: dict[str, Any], which: str, where: str) -> float | None:
+    """A request's end-to-end latency statistic: SGLang's ``{which}_e2e_latency_ms``, vLLM's ``{which}_e2el_ms``
+    (written when ``--percentile-metrics`` names e2el)."""
+    key = f"{which}_e2e_latency_ms" if f"{which}_e2e_latency_ms" in obj else f"{which}_e2el_ms"
+    return _ms(obj, key, where)
 
 
 def serving_run(obj: dict[str, Any], source: str, setting: Setting) -> ImportedRun:
@@ -203,7 +225,7 @@ def serving_run(obj: dict[str, Any], source: str, setting: Setting) -> ImportedR
         card_name=card.name if card is not None else None, card_key=card.key if card is not None else None,
         test=test, phase="serving", batch=None, prompt_tokens=round(input_tokens / completed),
         gen_tokens=round(output_tokens / completed), depth=0, tokens_per_s=1 / per_token, tokens_per_s_stddev=None,
-        latency_avg_s=_ms(obj, "mean_e2e_latency_ms", source), latency_p50_s=_ms(obj, "median_e2e_latency_ms", source),
+        latency_avg_s=_e2e(obj, "mean", source), latency_p50_s=_e2e(obj, "median", source),
         latency_p90_s=None, latency_p99_s=None, requests=completed, weight_bytes=common["weight_bytes"],
         params=common["params"], kv_bytes_per_value=None, raw={k: v for k, v in obj.items() if not isinstance(v, list)},
         gpus=setting.gpus, quant=setting.dtype, machine="gpu" if card is not None else None,
