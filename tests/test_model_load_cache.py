@@ -174,3 +174,46 @@ def test_an_unchanged_gguf_is_opened_once_per_process(tmp_path: Path) -> None:
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     again = gguf_file.open_gguf(path)
     assert again is not first and (first.config.layers, again.config.layers) == (1, 3)
+
+
+def test_the_plain_reader_and_its_dequantisation_give_what_the_gguf_package_gives() -> None:
+    """open_gguf reads through plain numpy views of the memory map (not np.memmap slices) and dequantises in chunks of
+    rows (not the package's 16-row groups), for speed only: every field and part of the pinned model, every tensor's
+    bytes and one tensor of each type dequantised are the package's own, bit for bit, and so is every ggml type the
+    package dequantises, on random blocks (NaN and infinite scales included)."""
+    import gguf
+
+    path = pinned_model()
+    theirs, ours = gguf.GGUFReader(str(path)), gguf_file._reader(gguf, path)
+    assert list(ours.fields) == list(theirs.fields) and len(ours.fields) > 30
+    for key, field in theirs.fields.items():
+        mine = ours.fields[key]
+        assert (mine.offset, mine.data, mine.types, mine.contents()) == (field.offset, field.data, field.types,
+                                                                         field.contents()), key
+        assert [(p.dtype, p.tobytes()) for p in mine.parts] == [(p.dtype, p.tobytes()) for p in field.parts], key
+    assert not isinstance(ours.tensors[0].data, np.memmap)
+    seen = set()
+    for a, b in zip(theirs.tensors, ours.tensors, strict=True):
+        assert (b.name, b.tensor_type, b.n_bytes, b.data_offset, b.data.dtype, b.data.shape) == (
+            a.name, a.tensor_type, a.n_bytes, a.data_offset, a.data.dtype, a.data.shape)
+        assert np.array_equal(a.data, b.data), a.name
+        if a.tensor_type not in seen:
+            seen.add(a.tensor_type)
+            want = gguf.quants.dequantize(a.data, a.tensor_type)
+            got = gguf_file._dequantize(gguf, b.data, b.tensor_type)
+            assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), a.name
+    assert {t.name for t in seen} == {"F32", "Q4_1", "Q8_0"}
+    rng = np.random.default_rng(0)
+    checked = []
+    with np.errstate(all="ignore"):
+        for qtype in gguf.GGMLQuantizationType:
+            block, size = gguf.GGML_QUANT_SIZES[qtype]
+            raw = rng.integers(0, 256, size=(2, 5, 3 * size), dtype=np.uint8)  # 3 blocks a row, 10 rows
+            try:
+                want = gguf.quants.dequantize(raw, qtype)
+            except NotImplementedError:
+                continue
+            got = gguf_file._dequantize(gguf, raw, qtype)
+            assert got.shape == want.shape == (2, 5, 3 * block) and np.array_equal(got, want, equal_nan=True), qtype
+            checked.append(qtype.name)
+    assert {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K", "IQ4_NL", "BF16"} <= set(checked)
