@@ -335,8 +335,27 @@ def _peak(view: MetricView, kid: int, precision: str | None, card: Card | None, 
     if precision is None:
         return None, "none: no FLOPs counted"
     file_peak = _file_peak(view, kid, precision) if ceilings != "card" else None
-    card_peak = _card_peak(card, precision) if ceilings != "file" else None
+    card_peak = _at_file_clock(view, kid, card, _card_peak(card, precision)) if ceilings != "file" else None
     return _pick(file_peak, card_peak)
+
+
+def _at_file_clock(view: MetricView, kid: int, card: Card | None,
+                   found: tuple[float, str] | None) -> tuple[float, str] | None:
+    """A card's compute peak (a boost-clock figure) scaled to the SM clock the file says the kernel ran at, and saying
+    so: Nsight Compute locks the clocks to base by default (``--clock-control base``, Kernel Profiling Guide, "Clock
+    Control"), so an H100 SXM kernel profiled at 1.443 GHz reads a fifth low against its 1.98 GHz boost peak. A file
+    clock at or above boost, or none, leaves the datasheet's peak as it is."""
+    if found is None or card is None or not card.boost_clock_mhz:
+        return found
+    clock = view.first(kid, ("sm__cycles_elapsed.avg.per_second", "smsp__cycles_elapsed.avg.per_second"))
+    if clock is None:
+        return found
+    ratio = clock[1] / (card.boost_clock_mhz * 1e6)
+    if not 0 < ratio < 0.999:
+        return found
+    value, label = found
+    return value * ratio, (f"{label} × {ratio:.3f}: at the file's SM clock, {clock[1] / 1e9:.4g} GHz ({clock[0]}), "
+                           f"not the {card.boost_clock_mhz / 1e3:.4g} GHz boost")
 
 
 def _judge(flops: float | None, dram: Level | None, peak: float | None, seconds: float | None,
