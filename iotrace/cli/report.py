@@ -115,7 +115,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--images", action="store_true",
                         help="with --format md and -o: write the figures as PNG beside the Markdown (kaleido)")
     steps = parser.add_argument_group(
-        "engine steps", "an inference engine's trace, step by step against the wall (docs/commands/traces.md#steps)")
+        "engine steps",
+        "an inference engine's trace, step by step against the wall (docs/commands/traces.md#engine-steps)")
     steps.add_argument("--steps", metavar="REGEX", help="the ranges that mark one step each (default: vLLM's step "
                        "annotations, iotrace's runner ranges or vLLM's execute_model, whichever the trace holds)")
     which = steps.add_mutually_exclusive_group()
