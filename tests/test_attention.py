@@ -164,3 +164,21 @@ def test_spaces_and_defaults() -> None:
     dshape = DECODE.check_shape(DECODE.presets["llama-3-8b-ctx32k-b1"])
     assert {c["NUM_SPLITS"] for c in DECODE.space(dshape, "bf16", h100)} == {1, 2, 4, 8, 16, 32, 64}
     assert DECODE.default_config(dshape, "bf16", h100)["NUM_SPLITS"] == 64
+
+
+@pytest.mark.parametrize(("lq", "lk"), [(1100, 1100), (700, 1250), (512, 512)])  # ragged, a cached prefix, one block
+def test_the_torch_paths_blocked_causal_attention_is_the_whole_squares(lq: int, lk: int) -> None:
+    """TorchOps' causal prefill past CAUSAL_BLOCK_ROWS queries goes in blocks against the keys up to each block's last
+    row: the same result as the fp64 reference over the whole masked square, grouped KV heads and a cached prefix
+    (query i sees keys up to i + Lk - Lq) included, and within 1e-6 of the whole square computed at once."""
+    from iotrace.model.ops import CAUSAL_BLOCK_ROWS, TorchOps, _attend_rows
+
+    g = torch.Generator().manual_seed(lq + lk)
+    q, k, v = (torch.randn(n, h, 64, generator=g) for n, h in ((lq, 9), (lk, 3), (lk, 3)))
+    got = TorchOps._attend(q, k, v, causal=True)
+    want, _ = reference_attention(q, k, v, causal=True)
+    assert got.shape == (lq, 9, 64) and torch.allclose(got, want, atol=1e-5, rtol=0)
+    whole = _attend_rows(q.transpose(0, 1), k.transpose(0, 1).repeat_interleave(3, 0),
+                         v.transpose(0, 1).repeat_interleave(3, 0), True, lk - lq).transpose(0, 1)
+    assert torch.allclose(got, whole, atol=1e-6, rtol=0)
+    assert lq > CAUSAL_BLOCK_ROWS or torch.equal(got, whole)  # one block: the unblocked code itself

@@ -192,6 +192,24 @@ class Ops:
         raise NotImplementedError
 
 
+#: Query rows per block of a long causal prefill in :meth:`TorchOps._attend`. Each block's keys end at a multiple of
+#: it; at 512 the blocks' P·V sums came out bit-equal to the whole square's (whose extra terms are zeros) with MKL
+#: here, at 256 the first block's did not (a shorter inner dimension, another kernel: last-bit differences).
+CAUSAL_BLOCK_ROWS = 512
+
+
+def _attend_rows(qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, causal: bool, offset: int) -> torch.Tensor:
+    """softmax(q·kᵀ/√d)·v of (H, Lq, d) queries against (H, Lk, d) keys and values, fp32; with ``causal``, query row i
+    sees keys 0 … offset + i."""
+    # In place where it is the same arithmetic: a 2,048-token prefill's (H, L, L) scores are 150 MB, and each copy
+    # cost more than the softmax (the INT8 KV note's five 2,048-token runs, a third faster, same bits).
+    scores = (qh @ kh.transpose(1, 2)).div_(math.sqrt(qh.shape[-1]))
+    if causal:
+        above = torch.ones(qh.shape[1], kh.shape[1], dtype=torch.bool, device=qh.device).triu_(offset + 1)  # the future
+        scores.masked_fill_(above, -math.inf)
+    return scores.softmax(-1) @ vh
+
+
 def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     f = gate_up.shape[-1] // 2
     g, u = gate_up[..., :f].float(), gate_up[..., f:].float()
@@ -228,19 +246,26 @@ class TorchOps(Ops):
 
     @staticmethod
     def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-        """softmax(q·kᵀ/√d)·v for one sequence: q (Lq, H, d), k and v (Lk, H_kv, d); fp32 scores."""
+        """softmax(q·kᵀ/√d)·v for one sequence: q (Lq, H, d), k and v (Lk, H_kv, d); fp32 scores.
+
+        A causal prefill longer than :data:`CAUSAL_BLOCK_ROWS` queries goes in blocks of that many, each against the
+        keys up to its own last row: every row gets the same scores and softmax (the keys past a block's last row
+        are masked for all of its rows), for about half the work of the whole (H, Lq, Lk) square and a (H, block,
+        Lk) scores tensor instead: the INT8 KV note's five 2,048-token runs (``kv_quality``) took 327 s and take
+        151 s on one thread, every figure the same."""
         group = q.shape[1] // k.shape[1]
         qh = q.transpose(0, 1).float()                                      # (H, Lq, d)
         kh = k.transpose(0, 1).float().repeat_interleave(group, dim=0)      # (H, Lk, d)
         vh = v.transpose(0, 1).float().repeat_interleave(group, dim=0)
-        # In place where it is the same arithmetic: a 2,048-token prefill's (H, L, L) scores are 150 MB, and each
-        # copy cost more than the softmax (the INT8 KV note's five 2,048-token runs, a third faster, same bits).
-        scores = (qh @ kh.transpose(1, 2)).div_(math.sqrt(q.shape[-1]))
-        if causal:
-            lq, lk = q.shape[0], k.shape[0]
-            above = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu_(lk - lq + 1)  # the future keys
-            scores.masked_fill_(above, -math.inf)
-        return (scores.softmax(-1) @ vh).transpose(0, 1)                    # (Lq, H, d)
+        lq, lk = q.shape[0], k.shape[0]
+        if not causal or lq <= CAUSAL_BLOCK_ROWS:
+            return _attend_rows(qh, kh, vh, causal, lk - lq).transpose(0, 1)  # (Lq, H, d)
+        out = qh.new_empty(qh.shape[0], lq, vh.shape[-1])
+        for start in range(0, lq, CAUSAL_BLOCK_ROWS):
+            end = min(start + CAUSAL_BLOCK_ROWS, lq)
+            keys = lk - lq + end  # the block's last row sees keys [0, keys)
+            out[:, start:end] = _attend_rows(qh[:, start:end], kh[:, :keys], vh[:, :keys], True, keys - (end - start))
+        return out.transpose(0, 1)
 
     def _prefill_attention(self, q, k, v, cu_seqlens, max_len, out, config) -> None:
         bounds = cu_seqlens.tolist()
