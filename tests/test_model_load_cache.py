@@ -217,3 +217,12 @@ def test_the_plain_reader_and_its_dequantisation_give_what_the_gguf_package_give
             assert got.shape == want.shape == (2, 5, 3 * block) and np.array_equal(got, want, equal_nan=True), qtype
             checked.append(qtype.name)
     assert {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K", "IQ4_NL", "BF16"} <= set(checked)
+    # The same two inside the package for code that reads through it (transformers' GGUF loader), put back after.
+    package = gguf.GGUFReader, gguf.dequantize
+    with pytest.raises(RuntimeError, match="inside"), gguf_file.fast_gguf_package():
+        assert gguf.GGUFReader is type(ours) and gguf.GGUFReader is not package[0]
+        tensor = theirs.tensors[1]
+        assert np.array_equal(gguf.dequantize(tensor.data, tensor.tensor_type),
+                              package[1](tensor.data, tensor.tensor_type))
+        raise RuntimeError("inside")
+    assert (gguf.GGUFReader, gguf.dequantize) == package

@@ -28,7 +28,7 @@ pytest.importorskip("transformers", reason="the model tests need iotrace[model]"
 
 from iotrace.cards import lookup
 from iotrace.errors import InvalidValueError
-from iotrace.model.gguf_file import open_gguf, pinned_gguf
+from iotrace.model.gguf_file import fast_gguf_package, open_gguf, pinned_gguf
 from iotrace.model.ops import TorchOps
 from iotrace.model.quality import quality_drop, reference_text, teacher_forced_logits, text_ids
 from iotrace.model.quant_formats import parse_format, parse_formats
@@ -97,7 +97,8 @@ def test_baseline_perplexity_matches_transformers_loss(baseline, lab) -> None:
     weights, tokenizer = baseline
     ids = text_ids(tokenizer, tokens=TOKENS)
     path = pinned_gguf()
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    with fast_gguf_package():  # open_gguf's reader and dequantisation inside the package: bit for bit, faster
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
     with torch.inference_mode():
         loss = model(torch.tensor([ids]), labels=torch.tensor([ids])).loss  # mean NLL of ids[1:], shifted inside
     ppl = lab[0]["int8-channel"].quality.ppl_reference
