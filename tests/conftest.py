@@ -240,3 +240,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     reason = pytest.mark.skip(reason="needs an NVIDIA GPU: torch.cuda sees none (run bench/gpu_validate.sh on one)")
     for item in gpu_items:
         item.add_marker(reason)
+
+
+def union_ns(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Length of the union of ``intervals`` clipped to [lo, hi], by a plain sort and sweep: the step tests' independent
+    recomputation of a waterfall row from a trace read with plain json."""
+    total, end = 0.0, lo
+    for a, b in sorted(intervals):
+        a, b = max(a, end), min(b, hi)
+        if b > a:
+            total += b - a
+            end = b
+    return total

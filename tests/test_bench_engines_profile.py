@@ -15,7 +15,7 @@ import torch
 
 from iotrace.engines.launch import RUNNER, EngineSpec, interpreter
 from iotrace.errors import InvalidValueError
-from tests.conftest import run_cli_in_process
+from tests.conftest import run_cli_in_process, union_ns
 
 
 def _runner_module(name: str):
@@ -297,16 +297,6 @@ def test_llama_cpp_says_in_one_line_why_it_has_no_trace(profiled: tuple[dict, Pa
     assert not list(folder.glob("llama*"))
 
 
-def _union_ns(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
-    total, end = 0.0, lo
-    for a, b in sorted(intervals):
-        a, b = max(a, end), min(b, hi)
-        if b > a:
-            total += b - a
-            end = b
-    return total
-
-
 @slow_engines
 @pytest.mark.parametrize("name", ["iotrace", "transformers", "vllm"])
 def test_each_engines_waterfall_sums_to_its_steps_against_the_runs_own_wall(profiled: tuple[dict, Path],
@@ -355,5 +345,5 @@ def test_each_engines_waterfall_sums_to_its_steps_against_the_runs_own_wall(prof
             outermost.append((lo, hi))
             end = hi
     for step in flow["steps"]:
-        expected = _union_ns(outermost, step["span_start_ns"], step["span_end_ns"])
+        expected = union_ns(outermost, step["span_start_ns"], step["span_end_ns"])
         assert step["gemm_ns"] == pytest.approx(expected, rel=0.01, abs=2000), (name, step["step"])

@@ -22,7 +22,7 @@ from iotrace.trace.reports.step_report import StepModel, StepOptions, machine_of
 from iotrace.trace.reports.step_roles import CATEGORIES, kernel_role
 from iotrace.trace.reports.steps import find_steps
 from iotrace.trace.reports.waterfall import waterfall
-from tests.conftest import run_cli_in_process
+from tests.conftest import run_cli_in_process, union_ns
 
 H100 = "kineto/h100sxm_x4tp_vllm_v1_llama3-70b_prefill1049_decode9_rank0_kineto.json.gz"
 STEP = re.compile(r"gpu_model_runner\.py\(\d+\): execute_model$")
@@ -38,17 +38,6 @@ def h100(corpus: Path):
 def h100_events(corpus: Path) -> list[dict]:
     with gzip.open(corpus / H100, "rt") as handle:
         return json.load(handle)["traceEvents"]
-
-
-def _union_ns(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
-    """Length of the union of ``intervals`` clipped to [lo, hi], by a plain sort and sweep."""
-    total, end = 0.0, lo
-    for a, b in sorted(intervals):
-        a, b = max(a, end), min(b, hi)
-        if b > a:
-            total += b - a
-            end = b
-    return total
 
 
 def test_h100_steps_and_their_work_match_plain_json(h100, h100_events: list[dict]) -> None:
@@ -84,7 +73,7 @@ def test_h100_waterfall_sums_to_each_step_and_its_gemm_time_matches_plain_json(h
     assert {kernel_role(e["name"]) for e in h100_events if e.get("cat") == "kernel"
             and re.search(r"gemm|splitKreduce", e["name"])} == {"gemm"}
     for row in flow.frame.itertuples():
-        expected = _union_ns(gemms, row.span_start_ns, row.span_end_ns)
+        expected = union_ns(gemms, row.span_start_ns, row.span_end_ns)
         assert row.gemm_ns == pytest.approx(expected, abs=2 * 1375)  # ns rounding of each kernel's end
     # The roles of the communication kernels: NCCL's and vLLM's custom all-reduce, never a GEMM's.
     assert kernel_role("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 4>(vllm::RankData*)") == "communication"
@@ -189,8 +178,8 @@ def test_cpu_steps_waterfall_recomputed_from_plain_json(cpu_trace: Path) -> None
     attention = [(e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000) for e in events if e.get("cat") == "cpu_op"
                  and e["name"] == "aten::scaled_dot_product_attention" and e["tid"] == thread]
     for row in flow.frame.itertuples():
-        assert row.gemm_ns == pytest.approx(_union_ns(linears, row.span_start_ns, row.span_end_ns), abs=50)
-        assert row.attention_ns == pytest.approx(_union_ns(attention, row.span_start_ns, row.span_end_ns), abs=50)
+        assert row.gemm_ns == pytest.approx(union_ns(linears, row.span_start_ns, row.span_end_ns), abs=50)
+        assert row.attention_ns == pytest.approx(union_ns(attention, row.span_start_ns, row.span_end_ns), abs=50)
         assert row.gemm_ns > 0 and row.attention_ns > 0
     assert flow.frame["host_between_ns"].iloc[:-1].gt(0).all()  # the loop between steps is charged to its step
 

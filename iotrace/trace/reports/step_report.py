@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iotrace.errors import InvalidValueError
+from iotrace.identities import kv_cache_bytes
 from iotrace.trace.reports.records import Evidence, Finding, Gain
 from iotrace.trace.reports.step_roles import CATEGORIES, CPU_LABELS, LABELS
 from iotrace.trace.reports.steps import NO_STEPS, Steps, find_steps
@@ -68,9 +69,10 @@ class StepModel:
 
     def kv_bytes(self, context: float) -> float | None:
         """Identity 3 at ``context`` tokens for one request, or None where the KV shape is unknown."""
-        if None in (self.layers, self.kv_heads, self.head_dim, self.kv_bytes_per_value):
+        if None in (self.layers, self.kv_heads, self.head_dim, self.kv_bytes_per_value) or not context > 0:
             return None
-        return 2.0 * self.layers * self.kv_heads * self.head_dim * context * self.kv_bytes_per_value  # type: ignore
+        return kv_cache_bytes(self.layers, self.kv_heads, self.head_dim, context,  # type: ignore[arg-type]
+                              self.kv_bytes_per_value)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
