@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from tests.conftest import pinned_model
 
@@ -17,6 +18,7 @@ pytest.importorskip("transformers", reason="the tokenizer needs iotrace[model] (
 
 from iotrace.model import gguf_file, tokenizer
 from iotrace.model.prompts import shipped_prompts
+from iotrace.model.quality import reference_text
 
 TEXTS = [
     "The capital of France is",
@@ -67,16 +69,24 @@ def test_the_cached_tokenizer_tokenizes_as_the_one_built_from_the_gguf(tmp_path:
     cached = tokenizer.gguf_tokenizer(path)
     assert len(built) == 1 and cached is not from_gguf
 
-    texts = TEXTS + list(shipped_prompts().values())
+    # Served by the tokenizers library alone: encode and decode, as transformers' tokenizer gives them.
+    assert isinstance(cached, tokenizer.CachedTokenizer)
+    texts = TEXTS + list(shipped_prompts().values()) + [reference_text()]
     for text in texts:
         for special in (False, True):
             ids = from_gguf.encode(text, add_special_tokens=special)
             assert cached.encode(text, add_special_tokens=special) == ids, (text, special)
         ids = from_gguf.encode(text, add_special_tokens=False)
-        assert cached.decode(ids) == from_gguf.decode(ids) == text, text  # byte-level BPE: lossless
-        assert cached(text, add_special_tokens=False)["input_ids"] == ids
+        assert cached.decode(ids) == from_gguf.decode(ids) == text, text[:80]  # byte-level BPE: lossless
+        assert cached.decode(torch.tensor(ids)) == text, text[:80]
     every_id = list(range(len(from_gguf)))
     assert cached.decode(every_id) == from_gguf.decode(every_id)
+    for special in (False, True):
+        assert cached.decode(every_id, skip_special_tokens=special) == from_gguf.decode(every_id,
+                                                                                       skip_special_tokens=special)
+    assert cached._full is None  # transformers' tokenizer not loaded for any of that
+    for text in texts:  # the rest through transformers' own tokenizer of the same entry
+        assert cached(text, add_special_tokens=False)["input_ids"] == from_gguf.encode(text, add_special_tokens=False)
     assert cached.convert_ids_to_tokens(every_id) == from_gguf.convert_ids_to_tokens(every_id)
     for name in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "all_special_ids",
                  "add_bos_token", "add_eos_token", "padding_side", "clean_up_tokenization_spaces", "chat_template"):

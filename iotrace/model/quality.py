@@ -55,7 +55,7 @@ EVAL_TEXT_SOURCE = "Jane Austen, Pride and Prejudice, chapters 1-3 (1813; public
 
 def text_ids(tokenizer: Any, text: str | None = None, tokens: int | None = None) -> list[int]:
     """``text`` (default: :func:`reference_text`) as token ids without special tokens; ``tokens`` keeps the first N."""
-    ids = list(tokenizer(reference_text() if text is None else text, add_special_tokens=False)["input_ids"])
+    ids = list(tokenizer.encode(reference_text() if text is None else text, add_special_tokens=False))
     if tokens is None:
         return ids
     if tokens < 2:

@@ -6,7 +6,9 @@ check in the tests loads, so the token ids agree by construction. Offline: nothi
 
 Building it re-parses the whole GGUF and converts the vocabulary (seconds); the result is saved once under
 ``<iotrace cache root>/tokenizers/<key>/``, keyed by the file's identity and the converter's version, and loaded
-from there (a fraction of a second) on later runs.
+from there on later runs: its ``tokenizer.json`` straight into the ``tokenizers`` library, which encodes and decodes
+as ``transformers``' fast tokenizer does (a thin wrapper, :class:`CachedTokenizer`); ``transformers`` itself is
+imported and its tokenizer loaded only when something else of it is asked for.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -22,7 +26,7 @@ from typing import Any
 
 from iotrace.model.gguf_file import MODEL_INSTALL, MissingModelDependencyError
 
-__all__ = ["gguf_tokenizer", "tokenizer_cache_dir"]
+__all__ = ["CachedTokenizer", "gguf_tokenizer", "tokenizer_cache_dir"]
 
 #: Bumped when what a cached tokenizer holds or how it is saved changes.
 _SCHEMA = "1"
@@ -33,11 +37,9 @@ def gguf_tokenizer(path: Path) -> Any:
     mutated by callers)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local file: never ask the Hub
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("transformers") is None:  # found, not imported: a cached tokenizer does without it
         raise MissingModelDependencyError("text prompts need the Python package 'transformers', which is not "
-                                          "installed", f"{MODEL_INSTALL}; or pass --prompt-tokens N") from None
+                                          "installed", f"{MODEL_INSTALL}; or pass --prompt-tokens N")
     path = Path(path)
     try:
         resolved = path.resolve()
@@ -57,15 +59,76 @@ def tokenizer_cache_dir(resolved: Path, size: int, mtime_ns: int) -> Path:
     return iotrace_cache_root() / "tokenizers" / hashlib.sha256(identity.encode()).hexdigest()[:32]
 
 
-# Building from the GGUF takes seconds per run (re-parse + vocab conversion); the saved copy loads in ~0.3 s.
+class CachedTokenizer:
+    """A cached entry's tokenizer: ``encode`` and ``decode`` straight through the ``tokenizers`` library (what
+    ``transformers``' fast tokenizer calls for them), everything else (``__call__``, special-token ids,
+    ``save_pretrained``, ...) from ``transformers``' own tokenizer of the same entry, loaded on first use.
+
+    Loading the entry this way takes ~0.1 s and imports no ``transformers`` (2 s of imports, and 0.3-0.7 s for
+    ``AutoTokenizer.from_pretrained`` of the entry, in every process that only tokenizes: ``bench``, ``quant``,
+    ``tour``). Only an entry whose settings these two calls honour as ``transformers`` does is read this way
+    (:meth:`open`); tests/test_model_load_cache.py holds both to ``transformers``' tokenizer built from the GGUF."""
+
+    def __init__(self, entry: Path, backend: Any) -> None:
+        self._entry, self._backend, self._full = entry, backend, None
+
+    @classmethod
+    def open(cls, entry: Path) -> CachedTokenizer | None:
+        """The entry's tokenizer, or None where its config asks for what only ``transformers`` does (splitting
+        special tokens, cleaning up spaces): then the caller loads ``transformers``' own."""
+        from tokenizers import Tokenizer
+
+        config = json.loads((entry / "tokenizer_config.json").read_text(encoding="utf-8"))
+        if config.get("split_special_tokens") or config.get("clean_up_tokenization_spaces"):
+            return None
+        backend = Tokenizer.from_file(str(entry / "tokenizer.json"))
+        backend.no_truncation()  # as transformers' call without max_length sets the backend
+        backend.no_padding()
+        backend.encode_special_tokens = False
+        return cls(entry, backend)
+
+    def encode(self, text: str, add_special_tokens: bool = True, **kwargs: Any) -> list[int]:
+        if kwargs or not isinstance(text, str):
+            return self._transformers().encode(text, add_special_tokens=add_special_tokens, **kwargs)
+        return self._backend.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+    def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> str:
+        ids = token_ids.tolist() if hasattr(token_ids, "tolist") else token_ids
+        if kwargs or not isinstance(ids, list | tuple) or any(not isinstance(i, int) for i in ids):
+            return self._transformers().decode(token_ids, skip_special_tokens=skip_special_tokens, **kwargs)
+        return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def _transformers(self) -> Any:
+        if self._full is None:
+            from transformers import AutoTokenizer
+
+            self._full = AutoTokenizer.from_pretrained(str(self._entry))
+        return self._full
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._transformers()(*args, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self._transformers())
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_entry", "_backend", "_full"):
+            raise AttributeError(name)
+        return getattr(self._transformers(), name)
+
+
+# Building from the GGUF takes seconds per run (re-parse + vocab conversion); the saved copy loads in ~0.1 s.
 @functools.lru_cache(maxsize=4)
 def _memoised(resolved: Path, size: int, mtime_ns: int) -> Any:
-    from transformers import AutoTokenizer
-
     entry = tokenizer_cache_dir(resolved, size, mtime_ns)
     if (entry / "tokenizer.json").is_file():
         try:
-            return AutoTokenizer.from_pretrained(str(entry))
+            cached = CachedTokenizer.open(entry)
+            if cached is None:
+                from transformers import AutoTokenizer
+
+                cached = AutoTokenizer.from_pretrained(str(entry))
+            return cached
         except Exception:  # a damaged entry is no error: it is removed and built again from the GGUF
             shutil.rmtree(entry, ignore_errors=True)
     tokenizer = _from_gguf(resolved)
