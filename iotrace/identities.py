@@ -34,6 +34,7 @@ __all__ = [
     "spec_best_gamma",
     "spec_expected_tokens",
     "spec_speedup",
+    "time_beyond_floor",
 ]
 
 
@@ -189,3 +190,20 @@ def spec_best_gamma(alpha: float, draft_cost: float, max_gamma: int = 64) -> int
     """
     best = max(range(1, max_gamma + 1), key=lambda g: (spec_speedup(alpha, g, draft_cost), -g))
     return best
+
+
+def time_beyond_floor(categories_ns: dict[str, float], floor_pct: dict[str, float | None]) -> list[tuple[str, int]]:
+    """Each row of a step's waterfall less its floor, largest first, zeros left out: the gaps a change can recover.
+
+    A row with a floor (the weight GEMMs, attention) keeps ``ns · (1 − floor%/100)``, where floor% is the share of
+    the row its bytes take at the wall's bandwidth (identity 1's B / (N · q), row by row); a floor beaten counts no
+    gap. A row without one (launch gaps, copies, the host) moves no byte the wall counts: its floor is zero, the row
+    is all gap. ``{"gemm": 80.0}`` and 100 ns of GEMM: a gap of 20 ns.
+    """
+    out = []
+    for category, ns in categories_ns.items():
+        pct = floor_pct.get(category)
+        beyond = round(ns * max(0.0, 1.0 - pct / 100.0) if pct is not None else ns)
+        if beyond > 0:
+            out.append((category, beyond))
+    return sorted(out, key=lambda item: -item[1])

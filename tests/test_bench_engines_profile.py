@@ -164,7 +164,7 @@ def test_the_table_shows_each_traces_cost_and_its_waterfall() -> None:
                                 "noise_pct": 8.4, "within_noise": False}},
            "waterfall": {"categories": {"idle": "Python and framework time outside any op", "gemm": "GEMM",
                                         "host_between": "host between steps", "elementwise": "norm"},
-                         "phases": [{"phase": "decode", "pct_of_wall": 24.6, "span_ns": 1000,
+                         "phases": [{"phase": "decode", "pct_of_wall": 24.6, "span_ns": 1000, "gemm_floor_pct": 80.0,
                                      "categories_ns": {"gemm": 500, "idle": 300, "host_between": 150,
                                                       "elementwise": 50}}]}}
     skipped = {**row, "engine": "llama.cpp", "waterfall": None, "profile": {"skipped": "llama.cpp runs ggml"}}
@@ -178,7 +178,11 @@ def test_the_table_shows_each_traces_cost_and_its_waterfall() -> None:
     assert "  llama.cpp: no trace: llama.cpp runs ggml" in text
     head, vllm_line = [line for line in text.splitlines() if line.startswith(("engine ", "vllm "))][:2]
     assert head.rstrip().endswith("trace % of wall  largest gaps (decode)")
+    # the GEMMs' 500 ns at 80% of their floor leave a gap of 100 ns (10%): below the idle and host rows
     assert re.search(r"  25% +Python and framework time outside any op 30%, host between steps 15%$", vllm_line)
+    row["waterfall"]["phases"][0]["gemm_floor_pct"] = 20.0  # now 400 ns of the GEMMs are beyond their floor
+    vllm_line = next(line for line in engines_text(data).splitlines() if line.startswith("vllm "))
+    assert re.search(r"  25% +GEMM 40%, Python and framework time outside any op 30%$", vllm_line)
 
 
 # --- the pinned model through the engines, profiled (one run shared by the tests below) --------------------------

@@ -152,3 +152,11 @@ def test_kv_formula_states_the_scale_bytes_it_adds() -> None:
     assert quantised.result.value == 32 * 8 * (2 * 128 * 1 + 8) * 8192 == 553_648_128
     assert any(q.symbol == "s" and q.value == 8 for q in quantised.inputs)
     assert kv_cache(32, 8, 128, 8192, 2).formula == "bytes = 2 · L · n_kv · d_h · S · q_kv"
+
+
+def test_time_beyond_floor_keeps_each_row_less_its_floor_and_drops_a_beaten_floor() -> None:
+    rows = {"gemm": 100, "attention": 10, "idle": 30, "copy": 0}
+    # The GEMMs at 80% of their floor keep 20 ns; attention beat its floor (150%): no gap; idle has no floor: all gap.
+    assert ident.time_beyond_floor(rows, {"gemm": 80.0, "attention": 150.0}) == [("idle", 30), ("gemm", 20)]
+    assert ident.time_beyond_floor(rows, {"gemm": 80.0, "attention": None}) == [("idle", 30), ("gemm", 20),
+                                                                               ("attention", 10)]

@@ -98,6 +98,17 @@ def test_h100_decode_against_its_wall_and_the_findings_it_draws(h100) -> None:
     assert decode.pct_of_wall == pytest.approx(100 * 9 * floor_ns / spans.sum())
     assert 50 < decode.pct_of_wall < 60 and decode.wall_tok_s == pytest.approx(1e9 / floor_ns)
     assert prefill.pct_of_wall is None and "does not say how many tokens" in prefill.wall_basis
+    # The gaps: the GEMMs less their byte floor (identity 1 per step), every other row whole; together they are the
+    # step less its wall, so they and the share of the wall reached add to the step.
+    gemm_ns = decode.categories_ns["gemm"]
+    assert decode.gemm_floor_pct == pytest.approx(100 * 9 * floor_ns / gemm_ns)
+    gaps = dict(decode.gaps())
+    assert gaps["gemm"] == pytest.approx(gemm_ns - 9 * floor_ns, abs=1)
+    assert {c: ns for c, ns in gaps.items() if c != "gemm"} == {
+        c: ns for c, ns in decode.categories_ns.items() if c not in ("gemm", "attention") and ns} | {
+        "attention": pytest.approx(decode.categories_ns["attention"], abs=1)}
+    assert 100 * sum(gaps.values()) / decode.span_ns + decode.pct_of_wall == pytest.approx(100, abs=0.01)
+    assert [c for c, _ in decode.gaps()[:2]] == ["gemm", "idle"] and prefill.gaps() == []
     rules = {(f.rule, re.search(r"of each (\w+) step", f.text).group(1)) for f in report.findings}
     # Launch overhead is 12% of a decode step (fires) and 8% of the prefill (must not).
     assert ("step-launch-overhead", "decode") in rules and ("step-launch-overhead", "prefill") not in rules

@@ -37,10 +37,13 @@ def _phase_table(report) -> str:
 
 def _waterfall_table(report, phase: str) -> str:
     p = next(x for x in report.phases if x.phase == phase)
-    rows = [[report.labels[c], f"{p.categories_ns[c] / 1e6 / p.steps:.3g}", f"{100 * p.share(c):.1f}%"]
+    beyond = dict(p.gaps())
+    rows = [[report.labels[c], f"{p.categories_ns[c] / 1e6 / p.steps:.3g}", f"{100 * p.share(c):.1f}%",
+             f"{100 * beyond.get(c, 0) / p.span_ns:.1f}%" if beyond else "—"]
             for c in CATEGORIES if p.categories_ns[c]]
-    rows.append(["the step (sum)", f"{p.span_ns / 1e6 / p.steps:.3g}", "100.0%"])
-    return table(["where each step's time went", "ms/step", "% of step"], rows)
+    rows.append(["the step (sum)", f"{p.span_ns / 1e6 / p.steps:.3g}", "100.0%",
+                 f"{100 * sum(beyond.values()) / p.span_ns:.1f}%" if beyond else "—"])
+    return table(["where each step's time went", "ms/step", "% of step", "beyond its floor"], rows)
 
 
 def _h100(corpus: Path):
@@ -66,9 +69,7 @@ def _own(engine: str):
 
 def _top_gaps(report, phase: str, n: int = 2) -> str:
     p = next(x for x in report.phases if x.phase == phase)
-    ranked = sorted((c for c in CATEGORIES if c not in ("gemm",) and p.categories_ns[c]),
-                    key=lambda c: -p.categories_ns[c])[:n]
-    return ", ".join(f"{report.labels[c]} {100 * p.share(c):.0f}%" for c in ranked)
+    return ", ".join(f"{report.labels[c]} {100 * ns / p.span_ns:.0f}%" for c, ns in p.gaps()[:n])
 
 
 def build(corpus: Path) -> Note:
@@ -88,8 +89,9 @@ def build(corpus: Path) -> Note:
              "the Python function `execute_model`, iotrace's bench by `iotrace/step …` ranges), its GPU work is "
              "what its host side launched, and every instant of it is charged once: to the weight matrix products "
              "first, then attention, the small ops, copies, communication no compute hides, the device waiting "
-             "inside the step (launch overhead) and the host between steps. The rows sum to the step, so the "
-             "largest row that is not a weight GEMM is the tok/s a change can recover. `iotrace report TRACE "
+             "inside the step (launch overhead) and the host between steps. The rows sum to the step. The weight "
+             "GEMMs and attention each have a floor (their bytes at the wall's bandwidth); what a row takes beyond "
+             "its floor is a gap, and the largest gap is the tok/s a change can recover. `iotrace report TRACE "
              "--model KEY` prints this for any engine's trace.")
     note.add("h100", "vLLM V1 on four H100s: a 70B model at TP 4",
              f"{len(h100.steps)} steps: {', '.join(f'{n} {k}' for k, n in h100.steps.phases().items())}. Decode "
@@ -113,6 +115,6 @@ def build(corpus: Path) -> Note:
              "SmolLM2-135M at fp32 (the GGUF's Q4_1 weights dequantised: 0.54 GB a token) on the CPU that recorded "
              "the traces, each engine's decode steps against the copy loop's bandwidth:",
              table(["engine", "decode steps", "median ms", "tok/s", "wall tok/s", "% of wall", "weight GEMMs",
-                    "largest other rows"], rows),
+                    "largest gaps (beyond floor)"], rows),
              *(f"**{engine}**, decode:\n\n{_waterfall_table(report, 'decode')}" for engine, report in own.items()))
     return note

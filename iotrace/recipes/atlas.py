@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from iotrace.cards import Card, card_book, lookup
 from iotrace.errors import InvalidValueError, UnknownCardError
-from iotrace.recipes.record import Recipe
+from iotrace.recipes.record import Derived, Recipe
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 __all__ = ["ATLAS_COLUMNS", "Prediction", "atlas_table", "predict", "select"]
 
 ATLAS_COLUMNS = ("card", "model", "quant", "engine", "build", "where", "tests", "prefill tok/s", "prefill % of wall",
-                 "decode tok/s", "± decode", "decode wall tok/s", "% of wall", "aggregate tok/s", "load", "source")
+                 "decode tok/s", "± decode", "decode wall tok/s", "% of wall", "top gap", "aggregate tok/s", "load",
+                 "source")
 
 
 def _card_order() -> dict[str, int]:
@@ -80,6 +81,15 @@ def _aggregate(r: Recipe) -> tuple[float | None, str]:
     return None, ""
 
 
+def _top_gap(derived: Derived) -> str | None:
+    """The largest gap of a profiled decode step (its time beyond its floor, as a share of the step): where the rest
+    of the wall went, from the run's own trace. None for a recipe with no profiled step."""
+    if not derived.gaps:
+        return None
+    label, pct = derived.gaps[0]
+    return f"{label} {pct:.0f}%"
+
+
 def atlas_table(recipes: list[Recipe]) -> pd.DataFrame:
     """One row per recipe, columns :data:`ATLAS_COLUMNS`, ordered by card (CardBook order), model, quant, engine.
 
@@ -101,7 +111,7 @@ def atlas_table(recipes: list[Recipe]) -> pd.DataFrame:
             "prefill tok/s": r.prefill.tok_s if r.prefill else None, "prefill % of wall": _pct(d.prefill_fraction),
             "decode tok/s": r.decode.tok_s if r.decode else None,
             "± decode": r.decode.spread if r.decode else None, "decode wall tok/s": d.decode_wall_tok_s,
-            "% of wall": _pct(d.decode_fraction), "aggregate tok/s": aggregate, "load": load,
+            "% of wall": _pct(d.decode_fraction), "top gap": _top_gap(d), "aggregate tok/s": aggregate, "load": load,
             "source": r.source.url or r.source.file})
     table = pd.DataFrame(rows, columns=list(ATLAS_COLUMNS))
     for name in ("prefill tok/s", "prefill % of wall", "decode tok/s", "± decode", "decode wall tok/s", "% of wall",

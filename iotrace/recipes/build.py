@@ -15,7 +15,7 @@ from iotrace.errors import InvalidValueError
 from iotrace.model.import_rows import ImportedRun
 from iotrace.recipes.record import Derived, Figure, Recipe, Source
 
-__all__ = ["from_bench_json", "from_imported"]
+__all__ = ["from_bench_json", "from_engines_json", "from_imported"]
 
 # The llama-bench fields that make two rows different configurations (besides card, model, quant and build).
 _FLAG_FIELDS = ("n_gpu_layers", "n_ubatch", "n_batch", "n_threads", "flash_attn", "type_k", "type_v", "split_mode")
@@ -179,4 +179,77 @@ def from_bench_json(data: dict[str, Any], path: Path) -> list[Recipe]:
                             quality_drop=_quality(model))))
     if not out:
         raise InvalidValueError(f"{path}: an iotrace bench result with no decode figures", "rerun iotrace bench")
+    return out
+
+
+def _engine_waterfall(row: dict[str, Any]) -> tuple[dict[str, Any] | None, tuple[tuple[str, float], ...]]:
+    """A profiled engine's decode phase (its waterfall rows in ns) and its largest gaps, from the row's
+    ``waterfall`` (``StepReport.to_dict``); (None, ()) where the engine was not profiled or no decode step was
+    found."""
+    from iotrace.trace.reports.step_report import PhaseFigures
+
+    flow = row.get("waterfall") or {}
+    decode = next((p for p in flow.get("phases") or [] if p.get("phase") == "decode"), None)
+    if flow.get("error") or decode is None:
+        return None, ()
+    phase = PhaseFigures.from_dict(decode)
+    labels = flow.get("categories") or {}
+    kept = {"source": flow.get("source"), "labels": labels, "steps": phase.steps, "median_ms": phase.median_ms,
+            "span_ns": phase.span_ns, "categories_ns": phase.categories_ns, "pct_of_wall": phase.pct_of_wall,
+            "gemm_floor_pct": phase.gemm_floor_pct, "attention_floor_pct": phase.attention_floor_pct}
+    gaps = tuple((labels.get(c, c), round(100.0 * ns / phase.span_ns, 1)) for c, ns in phase.gaps() if phase.span_ns)
+    return kept, gaps
+
+
+def from_engines_json(data: dict[str, Any], path: Path) -> list[Recipe]:
+    """The recipes of one ``iotrace bench --engine … --json`` run (``iotrace.bench-engines/1``): one per engine
+    that ran, each against the wall of the machine it ran on (a CPU's copy loop measured in the same run, or the
+    named card), with its profiled decode step's waterfall where ``--profile`` recorded one. An engine that failed
+    is no recipe (it measured nothing)."""
+    try:
+        manifest, model, work = data["manifest"], data["model"], data["work"]
+        prompt_tokens = int(data["prompt"]["tokens"])
+        rows = list(data["engines"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidValueError(f"{path} lacks {exc} of an iotrace bench --engine result",
+                                "pass the file `iotrace bench --engine … --json` wrote, unedited") from None
+    card = data.get("card") or {}
+    source = Source(kind="own run", file=path.name, date=manifest.get("date"), manifest=manifest)
+    steps = int(work.get("gen_tokens") or 0)
+    out = []
+    for i, row in enumerate(rows):
+        if not row.get("ok"):
+            continue
+        device = str(row.get("device", ""))
+        weights = row.get("weights") or {}
+        params, weight_bytes = model.get("params"), weights.get("bytes")
+        bits = weight_bytes * 8 / params if weight_bytes and params else None
+        on_card = device.startswith("cuda")
+        walls = row.get("walls") or {}
+        wall = (walls.get("card") if on_card else walls.get("here")) or {}
+        build = row.get("build") or {}
+        waterfall, gaps = _engine_waterfall(row)
+        concurrency = int(row.get("concurrency") or 1)
+        out.append(Recipe(
+            card=card.get("key") if on_card else None,
+            machine=card.get("name") if on_card and card.get("name") else device.upper() or "unknown",
+            placement="gpu" if on_card else "cpu", gpus=1, model=str(model.get("name")), params=params,
+            quant=str(weights.get("format") or model.get("file_type")),
+            bits_per_weight=round(bits, 3) if bits else None, weight_bytes=weight_bytes, engine=str(row["engine"]),
+            engine_version=build.get("version") if isinstance(build, dict) else str(build), source=source,
+            flags={k: v for k, v in build.items() if k not in ("engine", "version")} if isinstance(build, dict)
+            else {}, batch=concurrency, concurrency=f"{concurrency} requests at once" if concurrency > 1 else None,
+            prompt_tokens=prompt_tokens, gen_tokens=steps,
+            prefill=Figure(row["prefill_tok_s"]["mean"], row["prefill_tok_s"].get("stddev"), f"pp{prompt_tokens}",
+                           f"engines[{i}].prefill_tok_s"),
+            decode=Figure(row["decode_tok_s"]["mean"], row["decode_tok_s"].get("stddev"), f"tg{steps}",
+                          f"engines[{i}].decode_tok_s"),
+            ttft_s=row["ttft_ms"]["mean"] / 1e3, itl_s=(row.get("itl_ms") or {}).get("p50", 0) / 1e3 or None,
+            command=manifest.get("rerun"),
+            derived=Derived(decode_wall_tok_s=wall.get("tok_s"), decode_fraction=wall.get("fraction"),
+                            note=wall.get("no_fraction") or (None if wall else "no decode wall in the run"),
+                            waterfall=waterfall, gaps=gaps)))
+    if not out:
+        raise InvalidValueError(f"{path}: no engine of this bench --engine result ran",
+                                "rerun it once the engines' errors (in the file) are fixed")
     return out

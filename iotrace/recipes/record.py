@@ -59,6 +59,11 @@ class Derived:
     prefill_fraction: float | None = None
     note: str | None = None
     quality_drop: str | None = None
+    #: An own run's profiled decode step (``bench --engine … --profile``): the waterfall's categories in ns, their
+    #: labels, the step's span and where the steps came from (``step`` and ``labels``, see ``waterfall``), and its
+    #: largest gaps (each row's time beyond its floor) as ``[label, % of the step]``, largest first.
+    waterfall: dict[str, Any] | None = None
+    gaps: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,9 @@ class Recipe:
             for name in ("prefill", "decode", "end_to_end"):
                 if values.get(name) is not None:
                     values[name] = Figure(**values[name])
-            values["derived"] = Derived(**data.get("derived", {}))
+            derived = dict(data.get("derived", {}))
+            derived["gaps"] = tuple(tuple(g) for g in derived.get("gaps", ()))
+            values["derived"] = Derived(**derived)
         except TypeError as exc:
             raise InvalidValueError(f"{where}: {exc}", f"write it as `iotrace recipes add` does ({SCHEMA})") from None
         recipe = cls(**values)

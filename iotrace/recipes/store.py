@@ -12,7 +12,7 @@ from pathlib import Path
 
 from iotrace.errors import InvalidValueError
 from iotrace.model.imported import load_bench_file
-from iotrace.recipes.build import from_bench_json, from_imported
+from iotrace.recipes.build import from_bench_json, from_engines_json, from_imported
 from iotrace.recipes.record import SCHEMA, Recipe, Source
 
 __all__ = ["PUBLISHED", "Added", "ImportOptions", "add", "read_file", "read_folder", "recipes_of", "write_file"]
@@ -61,6 +61,11 @@ class Added:
     replaced: bool
 
 
+#: iotrace's own results, by their schema (the first key each writes): the recipes builder and the command.
+_OWN_RESULTS = {"iotrace.bench/1": (from_bench_json, "iotrace bench"),
+                "iotrace.bench-engines/1": (from_engines_json, "iotrace bench --engine …")}
+
+
 def recipes_of(path: Path, options: ImportOptions) -> list[Recipe]:
     """The recipes of one source file: an ``iotrace bench --json`` result, or any bench file iotrace imports."""
     path = Path(path)
@@ -68,13 +73,14 @@ def recipes_of(path: Path, options: ImportOptions) -> list[Recipe]:
     if path.is_file():
         with path.open("rb") as handle:  # the schema is the first key iotrace bench writes; the rest is read once
             head = handle.read(4096)
-    if b'"schema": "iotrace.bench/1"' in head or b'"schema":"iotrace.bench/1"' in head:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InvalidValueError(f"{path}: an iotrace bench result that does not parse ({exc})",
-                                    "rerun iotrace bench --json > FILE") from None
-        return from_bench_json(data, path)
+    for schema, (builder, command) in _OWN_RESULTS.items():
+        if f'"schema": "{schema}"'.encode() in head or f'"schema":"{schema}"'.encode() in head:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise InvalidValueError(f"{path}: an {command} result that does not parse ({exc})",
+                                        f"rerun {command} --json > FILE") from None
+            return builder(data, path)
     runs = load_bench_file(path, card=options.card, model=options.model, batch=options.batch,
                            input_len=options.input_len, output_len=options.output_len, dtype=options.dtype,
                            gpus=options.gpus, ngl=options.ngl)

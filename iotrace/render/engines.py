@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from iotrace.identities import time_beyond_floor
+
 __all__ = ["engines_rows", "engines_text", "profile_lines"]
 
 _COLUMNS = ("engine", "device", "weights read", "MB/token", "decode tok/s", "wall here", "% of wall", "card wall",
@@ -59,12 +61,17 @@ def engines_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
 
 
 def _largest_gaps(decode: dict[str, Any], labels: dict[str, str]) -> str:
-    """The two largest categories of a decode step's time other than the matrix products and attention (whose floor
-    the wall is), with their share of the step."""
+    """The two largest gaps of a decode step (each row's time beyond its floor, ``PhaseFigures.gaps``), with their
+    share of the step; recomputed from the rows where a result predates the saved ``gaps``."""
     span = decode.get("span_ns") or 0
-    parts = sorted(((ns, c) for c, ns in (decode.get("categories_ns") or {}).items()
-                    if c not in ("gemm", "attention") and ns), reverse=True)[:2]
-    return ", ".join(f"{labels.get(c, c)} {100 * ns / span:.0f}%" for ns, c in parts) if span else "n/a"
+    if "gaps" in decode:
+        gaps = [(g["category"], g["ns"]) for g in decode["gaps"]]
+    elif decode.get("gemm_floor_pct") is not None:
+        gaps = time_beyond_floor(decode.get("categories_ns") or {}, {"gemm": decode["gemm_floor_pct"],
+                                                                      "attention": decode.get("attention_floor_pct")})
+    else:
+        gaps = []
+    return ", ".join(f"{labels.get(c, c)} {100 * ns / span:.0f}%" for c, ns in gaps[:2]) if span and gaps else "n/a"
 
 
 def _waterfall_cells(row: dict[str, Any]) -> tuple[str, str]:

@@ -16,13 +16,13 @@ than print a percentage above 100.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from iotrace.errors import InvalidValueError
-from iotrace.identities import kv_cache_bytes
+from iotrace.identities import kv_cache_bytes, time_beyond_floor
 from iotrace.trace.reports.records import Evidence, Finding, Gain
 from iotrace.trace.reports.step_roles import CATEGORIES, CPU_LABELS, LABELS
 from iotrace.trace.reports.steps import NO_STEPS, Steps, find_steps
@@ -122,12 +122,32 @@ class PhaseFigures:
     def share(self, category: str) -> float:
         return self.categories_ns[category] / self.span_ns if self.span_ns else 0.0
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PhaseFigures:
+        """A phase back from :meth:`to_dict` (a saved bench result's waterfall), its derived keys (``gaps``)
+        recomputed, not read."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def gaps(self) -> list[tuple[str, int]]:
+        """Each category's time beyond its floor, largest first (zeros left out): the weight GEMMs and attention
+        less the time their bytes take at the wall's bandwidth (their floors: ``gemm_floor_pct``,
+        ``attention_floor_pct``; a floor beaten counts no gap), every other row whole (its floor in a step is zero:
+        it moves no weight or KV byte the wall counts). The rows a change can recover, in the order they pay. Without a
+        weight floor (no model given, or no GEMM in the step) there are no gaps to state: empty."""
+        if self.gemm_floor_pct is None:
+            return []
+        return time_beyond_floor(self.categories_ns, {"gemm": self.gemm_floor_pct,
+                                                      "attention": self.attention_floor_pct})
+
     def to_dict(self) -> dict[str, Any]:
         return {"phase": self.phase, "steps": self.steps, "median_ms": self.median_ms, "p90_ms": self.p90_ms,
                 "tokens_per_step": self.tokens_per_step, "tok_s": self.tok_s, "wall_tok_s": self.wall_tok_s,
                 "pct_of_wall": self.pct_of_wall, "wall_basis": self.wall_basis, "span_ns": self.span_ns,
                 "categories_ns": self.categories_ns, "gemm_floor_pct": self.gemm_floor_pct,
-                "attention_floor_pct": self.attention_floor_pct}
+                "attention_floor_pct": self.attention_floor_pct,
+                "gaps": [{"category": c, "ns": ns, "pct_of_step": 100.0 * ns / self.span_ns if self.span_ns else None}
+                         for c, ns in self.gaps()]}
 
 
 @dataclass
