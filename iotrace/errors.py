@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "DataFileError",
+    "EngineError",
     "InvalidValueError",
     "IotraceError",
     "KernelWrongError",
@@ -56,6 +57,11 @@ class DataFileError(IotraceError):
 
 class PluginError(IotraceError):
     """A plugin that fails to load or does not satisfy its hook specification."""
+
+
+class EngineError(IotraceError):
+    """An engine's server that cannot be started, is not ready in time, or does not answer (a local one or a
+    ``--url``): one line naming the engine or the URL, and where its log is."""
 
 
 class KernelWrongError(IotraceError):

