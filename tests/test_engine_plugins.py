@@ -87,7 +87,8 @@ def test_the_builtin_servers_command_lines() -> None:
         "--enforce-eager", "--max-model-len", "1024", "--host", "127.0.0.1", "--port", "8123", "--max-num-seqs", "4"]
     assert registry.engine("llama-cpp").argv(args) == [
         "/v/bin/python", "-m", "llama_cpp.server", "--model", "/m/model.gguf", "--host", "127.0.0.1", "--port",
-        "8123", "--n_ctx", "1024", "--max-num-seqs", "4"]
+        "8123", "--n_ctx", "1024", "--interrupt_requests", "False", "--n_threads", str(os.cpu_count() or 1),
+        "--max-num-seqs", "4"]
     assert registry.engine("vllm").server_env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     with pytest.raises(PluginError, match=r"^iotrace has no server to start"):
         registry.engine("iotrace").argv(args)

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from iotrace.argtypes import count_at_least, layer_counts
-from iotrace.cli.bench_engines import add_engine_options, check_engine_options, run_engines
+from iotrace.cli.bench_engines import add_engine_options, card_for, check_engine_options, run_engines
+from iotrace.cli.bench_serve import register_serve
 from iotrace.cli.output import add_card, add_json, add_wide, console, emit, usage_with_subcommands
 from iotrace.errors import InvalidValueError
 
@@ -109,7 +110,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_engine_options(bench)
     bench.set_defaults(func=_cmd_bench_or_engines)
 
-    sub = bench.add_subparsers(dest="bench_command", metavar="import", parser_class=type(bench))
+    sub = bench.add_subparsers(dest="bench_command", metavar="import|serve", parser_class=type(bench))
     imported = sub.add_parser("import", help="read llama-bench (-o json|jsonl|csv|md), vLLM (latency, throughput, "
                                              "serve) and SGLang bench_serving / bench_one_batch results")
     imported.add_argument("file", type=Path, metavar="FILE")
@@ -128,8 +129,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_wide(imported)
     add_json(imported)
     imported.set_defaults(func=_cmd_import)
+    register_serve(sub)
     bench.usage = usage_with_subcommands(
-        bench, "import FILE [options]   (llama-bench/vLLM/SGLang results: see `%(prog)s import --help`)")
+        bench, "import FILE [options]   (llama-bench/vLLM/SGLang results: see `%(prog)s import --help`)",
+        "serve --engine NAME [options]   (engines' servers under load: see `%(prog)s serve --help`)")
 
 
 def _request(args: argparse.Namespace):
@@ -169,21 +172,6 @@ def _request(args: argparse.Namespace):
                         dtype=args.dtype, kv=args.kv, kernels=args.kernels, card=args.card,
                         graph=not args.no_graph, power=not args.no_power, seed=args.seed,
                         temperature=args.temperature)
-
-
-def _card(name: str | None):
-    import torch
-
-    from iotrace.cards import detect
-
-    if name is None and not torch.cuda.is_available():
-        import os
-
-        from iotrace.cards import ENV_CARD
-
-        if not os.environ.get(ENV_CARD):
-            return None  # a CPU run with no card named: no walls, and the table says why
-    return detect(name)
 
 
 def _drafts(values: list[str]) -> tuple[str, ...]:
@@ -227,7 +215,7 @@ def _cmd_spec(args: argparse.Namespace, request) -> None:
     if args.jsonl or args.markdown:
         raise InvalidValueError("--spec prints a table or --json", "drop --jsonl / --markdown")
     spec = _spec_request(args, request)
-    card = _card(args.card)
+    card = card_for(args.card)
     with console().status("bench --spec") as status:
         data = run_spec_bench(spec, card, progress=lambda text: status.update(f"bench --spec: {text}"))
     emit(args, data, lambda: print(speculation_text(data), end=""))
@@ -242,7 +230,7 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     if args.spec:
         _cmd_spec(args, request)
         return
-    card = _card(args.card)
+    card = card_for(args.card)
     # A line on stderr per phase (loading, copy bandwidth, warm-up, each repetition), in a pipe too: stdout stays the
     # whole table or JSON.
     with progress_lines("bench") as say:
@@ -264,7 +252,7 @@ def _cmd_bench_or_engines(args: argparse.Namespace) -> None:
                                 "add --engine iotrace (iotrace's own decoder) or the engines to trace")
     if args.engine:
         check_engine_options(args)  # before the bench's own checks, so a refusal names --engine
-        run_engines(args, _request(args), _card(args.card))
+        run_engines(args, _request(args), card_for(args.card))
     else:
         _cmd_bench(args)
 

@@ -12,12 +12,28 @@ from iotrace.errors import InvalidValueError, IotraceError
 if TYPE_CHECKING:
     from iotrace.cards import Card
 
-__all__ = ["EngineRunsFailedError", "add_engine_options", "check_engine_options", "engine_waterfall", "profile_folder",
-           "run_engines"]
+__all__ = ["EngineRunsFailedError", "add_engine_options", "card_for", "check_engine_options", "engine_waterfall",
+           "profile_folder", "run_engines"]
 
 
 class EngineRunsFailedError(IotraceError):
     """Some engines gave no result; the others' are printed (exit 2, one line per failed engine)."""
+
+
+def card_for(name: str | None) -> Card | None:
+    """The card of the walls: ``--card``, else $IOTRACE_CARD or the local GPU; None on a CPU with neither."""
+    import torch
+
+    from iotrace.cards import detect
+
+    if name is None and not torch.cuda.is_available():
+        import os
+
+        from iotrace.cards import ENV_CARD
+
+        if not os.environ.get(ENV_CARD):
+            return None  # a CPU run with no card named: no walls, and the table says why
+    return detect(name)
 
 
 def _engine(text: str):

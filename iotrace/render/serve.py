@@ -1,0 +1,131 @@
+"""The text and the Pareto chart of a serving sweep (``iotrace bench serve``, schema ``iotrace.bench-serve/1``):
+plain dicts in, text or a plotly figure out; every number was computed in :mod:`iotrace.engines.serve_sweep`.
+A table per curve, not a ranking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["pareto_figure", "serve_text"]
+
+_COLUMNS = ("point", "rep", "ok/failed", "req/s", "out tok/s", "wall tok/s", "% of wall", "tok/s/user",
+            "user wall", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p99 ms", "E2E p50 ms", "goodput req/s")
+
+
+def _f(value: Any, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def _row(p: dict[str, Any]) -> tuple[str, ...]:
+    if p.get("completed") == 0 and p.get("error") and p.get("failed") is None:  # a point that never ran
+        return (p["label"], str(p["rep"] + 1), "not run", *(["—"] * (len(_COLUMNS) - 3)))
+    decode = (p.get("walls") or {}).get("decode") or {}
+    return (p["label"], str(p["rep"] + 1), f"{p['completed']}/{p['failed']}", _f(p.get("request_throughput"), 2),
+            _f(p.get("output_throughput")), _f(decode.get("tok_s")),
+            "above" if decode.get("no_fraction") else _pct(decode.get("fraction")),
+            _f(p.get("output_token_throughput_per_user")), _f(decode.get("per_user_tok_s")),
+            f"{_f(p.get('median_ttft_ms'), 0)}/{_f(p.get('p99_ttft_ms'), 0)}",
+            f"{_f(p.get('median_tpot_ms'))}/{_f(p.get('p99_tpot_ms'))}", _f(p.get("p99_itl_ms")),
+            _f(p.get("median_e2el_ms"), 0), _f(p.get("request_goodput"), 2) if p.get("goodput_slo_ms") else "n/a")
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    rows = [_COLUMNS, *rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def _curve_lines(curve: dict[str, Any]) -> list[str]:
+    server = curve.get("server") or {}
+    head = f"{curve['label']}"
+    if server:
+        ready = f", ready in {server['ready_s']:.0f} s" if server.get("ready_s") is not None else ""
+        head += f" · {server.get('version') or 'version unknown'} · model {server.get('model')}{ready}"
+    if curve.get("weights"):
+        head += f" · reads {curve['weights']['label']} ({curve['weights']['weight_bytes'] / 1e6:,.0f} MB)"
+    lines = [head]
+    if curve.get("error"):
+        lines.append(f"  no figures: {curve['error']}")
+    if curve["points"]:
+        lines += [f"  {line}" for line in _table([_row(p) for p in curve["points"]])]
+    for p in curve["points"]:
+        if p.get("error"):
+            lines.append(f"  {p['label']} (rep {p['rep'] + 1}): {p['error']}")
+        no_fraction = ((p.get("walls") or {}).get("decode") or {}).get("no_fraction")
+        if no_fraction:
+            lines.append(f"  {p['label']} (rep {p['rep'] + 1}): no % of wall: {no_fraction}")
+        reasons = sorted({e for e in p.get("errors") or [] if e})
+        if reasons:
+            lines.append(f"  {p['label']} (rep {p['rep'] + 1}) failed requests: {'; '.join(reasons)[:300]}")
+    if server.get("argv"):
+        lines.append(f"  server: {' '.join(server['argv'])}")
+    return lines
+
+
+def serve_text(data: dict[str, Any]) -> str:
+    """The header, one table per curve (each point beside its walls), the flags' effects and how to read them."""
+    model, work = data["model"], data["work"]
+    slo = work.get("slo_ms")
+    head = [f"{model['name']} ({model['file_type']}, {model['params'] / 1e6:.1f} M params) · "
+            f"{work['input_tokens']} prompt tokens ({work['prompts']}) · {work['output_tokens']} output tokens, "
+            f"greedy, EOS ignored · {work['reps']} repetition(s) · points {', '.join(work['points'])}"
+            + (f" · SLO {', '.join(f'{k} {v:g} ms' for k, v in slo.items())}" if slo else ""),
+            f"machine: {data['machine']} · memory bandwidth: "
+            + (f"{data['bandwidth_gbs']:.1f} GB/s ({data['bandwidth_source']})" if data.get("bandwidth_gbs")
+               else "unknown (no wall: give --card)")]
+    if data.get("machine") == "CPU":
+        head.insert(0, "CPU figures of each engine's CPU build (no GPU here): not GPU results")
+    lines = [*head, ""]
+    for curve in data["curves"]:
+        lines += [*_curve_lines(curve), ""]
+    effects = data.get("flag_effects") or []
+    if effects:
+        lines.append("flags against the same engine's first curve (output tok/s, mean of repetitions, 95% interval):")
+        for e in effects:
+            half = "" if e["ci95_tok_s"] is None else f" ± {e['ci95_tok_s']:.1f}"
+            lines.append(f"  {e['engine']} {' '.join(e['flags']) or '(defaults)'} at {e['point']}: "
+                         f"{e['change_tok_s']:+.1f}{half} tok/s ({e['change_pct']:+.0f}%): {e['verdict']}")
+        lines.append("")
+    lines.append("wall tok/s: identity 1 at the point's batch b (the mean requests in flight for a rate), b · B / "
+                 "(weights + b · KV at the mean context); user wall: B / (weights + b · KV). out tok/s counts "
+                 "prefills and queueing too, so its % of the wall is a floor on the decode steps'.")
+    if data.get("interrupted"):
+        lines.append("interrupted (Ctrl-C): the points above are those that finished; the servers were stopped")
+    return "\n".join(lines) + "\n"
+
+
+def pareto_figure(data: dict[str, Any]) -> Any:
+    """Tok/s per user (1 / median TPOT) against output tok/s in all: a line per curve through its points (first
+    repetition's order), and the wall's line for each weight format the servers read, b streams at b = 1 … the
+    largest concurrency."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for curve in data["curves"]:
+        points = [p for p in curve["points"] if p.get("output_throughput") and
+                  p.get("output_token_throughput_per_user")]
+        if not points:
+            continue
+        fig.add_scatter(x=[p["output_throughput"] for p in points],
+                        y=[p["output_token_throughput_per_user"] for p in points], mode="lines+markers+text",
+                        text=[p["label"] for p in points], textposition="top center", name=curve["label"])
+    drawn = set()
+    for curve in data["curves"]:  # one wall per weight format the servers read
+        wall, weights = curve.get("wall_curve") or [], (curve.get("weights") or {}).get("label")
+        if not wall or weights in drawn:
+            continue
+        drawn.add(weights)
+        fig.add_scatter(x=[w["tok_s"] for w in wall], y=[w["per_user_tok_s"] for w in wall], mode="lines+markers",
+                        name=f"wall: {weights} at {data['bandwidth_gbs']:.0f} GB/s (identity 1)",
+                        line={"dash": "dash"}, text=[f"b={w['batch']}" for w in wall])
+    fig.update_layout(title=f"{data['model']['name']} served on {data['machine']}: tok/s per user against tok/s in "
+                            "all, beside the batched decode wall",
+                      xaxis_title="output tok/s in all", yaxis_title="tok/s per user (1 / median TPOT)",
+                      template="plotly_white", width=1000, height=640)
+    fig.update_xaxes(rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
