@@ -72,10 +72,10 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
                     "TTFT, TPOT, ITL and end-to-end latency (mean, median, p90, p99), request and token throughput, "
                     "goodput under --slo, each point beside the batched decode wall (identities 1 and 3). The "
                     "servers are stopped afterwards, on an error and on Ctrl-C.")
-    which = serve.add_mutually_exclusive_group()
-    which.add_argument("--engine", type=_typed(_engines), action="extend", metavar="NAME[=PYTHON][,…]",
-                       help="engines whose servers to start (vllm, llama.cpp, or an engine plugin's); repeatable")
-    which.add_argument("--url", metavar="URL", help="a server already running (OpenAI-compatible); nothing started")
+    serve.add_argument("--engine", type=_typed(_engines), action="extend", metavar="NAME[=PYTHON][,…]",
+                       help="engines whose servers to start (vllm, llama.cpp, or an engine plugin's); repeatable; "
+                            "with --url, the one engine serving there (for its walls and request defaults)")
+    serve.add_argument("--url", metavar="URL", help="a server already running (OpenAI-compatible); nothing started")
     serve.add_argument("--gguf", type=Path, metavar="PATH", help="the model (default: the pinned SmolLM2-135M GGUF)")
     serve.add_argument("--concurrency", type=_load("parse_concurrency"), metavar="N[,N…]",
                        help="closed-loop points: N streams back to back (default 1,2,4 unless --rate is given)")
@@ -119,6 +119,12 @@ def _sweep(args: argparse.Namespace):
         raise InvalidValueError("bench serve needs --engine NAME (a server to start) or --url URL (one running)",
                                 "e.g. iotrace bench serve --engine llama.cpp")
     names = [spec.name for spec in args.engine or []]
+    if args.url and len(names) > 1:
+        raise InvalidValueError(f"--url with {len(names)} engines ({', '.join(names)}): one server answers there",
+                                "name the one engine serving at --url, or drop --url to start each")
+    if args.url and args.server_args:
+        raise InvalidValueError("--server-args with --url: iotrace starts no server there, so it passes no flags",
+                                "restart that server with the flags, or drop --url to let iotrace start it")
     if len(set(names)) != len(names):
         raise InvalidValueError(f"--engine names one engine twice ({', '.join(names)})", "name each engine once")
     if args.engine:

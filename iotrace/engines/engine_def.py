@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from iotrace.errors import PluginError
 
@@ -141,6 +141,10 @@ class EngineDef:
     install: str = ""
     #: How to add what its server needs to that interpreter, named when the server dies of a missing module.
     server_install: str = ""
+    #: Fields every request to its server carries so that temperature 0 is greedy decoding, as the other engines
+    #: and its offline runner do it: llama-cpp-python's server applies ``repeat_penalty`` 1.1 unless told 1.0
+    #: (llama_cpp/server/types.py), which picks a token other than the argmax.
+    request_body: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from iotrace.engines.launch import EngineSpec
 from iotrace.engines.serve_walls import ServedWeights, point_walls, wall_curve
@@ -123,7 +124,7 @@ def _served_weights(engine: str, flags: tuple[str, ...], gguf: Any, stored: int)
 def _server(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], say: Callable[[str], None]) -> Any:
     from iotrace.engines.server import RemoteServer, Server
 
-    if spec is None:
+    if sweep.url is not None:
         return RemoteServer(str(sweep.url))
     return Server(spec, gguf=sweep.gguf, extra_args=flags, context=sweep.context, log_dir=sweep.log_dir,
                   timeout_s=sweep.start_timeout_s, progress=say)
@@ -136,7 +137,7 @@ def _failed_point(point: ServePoint, why: str, rep: int) -> dict[str, Any]:
 
 
 def _run_point(sweep: ServeSweep, url: str, model: str | None, point: ServePoint, prompts: list[str],
-               rep: int, say: Callable[[str], None]) -> tuple[dict[str, Any], bool]:
+               rep: int, say: Callable[[str], None], body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """One point: its figures as JSON, and whether it was interrupted (Ctrl-C: the finished requests kept)."""
     from iotrace.engines.serve_client import PointRun, run_point_sync
     from iotrace.engines.serve_load import RequestSpec, default_requests, default_warmup
@@ -144,7 +145,7 @@ def _run_point(sweep: ServeSweep, url: str, model: str | None, point: ServePoint
 
     requests = sweep.requests or default_requests(point.concurrency, point.rate)
     warmup = sweep.warmup if sweep.warmup is not None else default_warmup(point.concurrency)
-    specs = [RequestSpec(prompt=p, max_tokens=sweep.output_tokens, model=model)
+    specs = [RequestSpec(prompt=p, max_tokens=sweep.output_tokens, model=model, extra_body=body or None)
              for p in prompts[: warmup + requests]]
     run = PointRun(url=url, concurrency=point.concurrency, rate=point.rate)
     say(f"{point.label}: {requests} requests after {warmup} warm-up")
@@ -155,14 +156,29 @@ def _run_point(sweep: ServeSweep, url: str, model: str | None, point: ServePoint
     except KeyboardInterrupt:
         interrupted = True
     data = PointMetrics.from_point(run, sweep.slo).to_dict()
-    data.update(label=point.label, rep=rep, interrupted=interrupted or run.cancelled, max_in_flight=run.max_in_flight)
+    data.update(label=point.label, rep=rep, interrupted=interrupted or run.cancelled, max_in_flight=run.max_in_flight,
+                burst_requests=_bursts(data))
     return data, interrupted
+
+
+#: A request whose first content came after this share of its whole time arrived in one burst: the server held its
+#: tokens back (on two busy cores vLLM's API process waits for a core while its engine computes), so its TPOT and
+#: 1 / TPOT are the delivery's, not the decode steps'. 0.9: a stream of n tokens paced evenly has TTFT / E2E near
+#: 1 / n plus the prefill's share, far below it for the 16 tokens the sweep asks.
+BURST_SHARE = 0.9
+
+
+def _bursts(point: dict[str, Any]) -> int:
+    """How many completed requests of ``point`` arrived in one burst (:data:`BURST_SHARE`)."""
+    return sum(1 for ttft, e2e, n, error in zip(point["ttfts"], point["latencies"], point["output_lens"],
+                                                  point["errors"], strict=True)
+               if not error and ttft and e2e and n >= 4 and ttft >= BURST_SHARE * e2e)
 
 
 def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], walls: dict[str, Any],
            prompts: list[str], say: Callable[[str], None]) -> tuple[dict[str, Any], bool]:
     """One engine and flag set through every point and repetition; (its JSON, whether Ctrl-C stopped it)."""
-    name = spec.name if spec is not None else "url"
+    name = spec.name if spec is not None else "url"  # a --url server's engine is named by --engine or guessed
     label = name + (f" {' '.join(flags)}" if flags else "")
     curve: dict[str, Any] = {"engine": name, "label": label, "server_args": list(flags), "server": None,
                              "error": None, "points": [], "weights": None}
@@ -173,7 +189,12 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], w
             info = server.info()
             curve["server"] = {**info.to_dict(), "ready_s": getattr(server, "ready_s", None),
                                "log": str(getattr(server, "log_path", None) or "") or None}
-            weights = walls["weights"](curve["engine"] if spec is not None else str(info.engine), flags)
+            engine = curve["engine"] if spec is not None else str(info.engine or "unknown engine")
+            if sweep.url is not None:
+                curve["engine"], curve["label"] = engine, f"{engine} at {sweep.url}"
+            weights = walls["weights"](engine, flags)
+            body = _request_body(engine)
+            curve["request_body"] = body
             curve["weights"] = weights.to_dict()
             if walls["bandwidth"] is not None:  # the Pareto chart's wall for what this server reads
                 most = max(p.concurrency or 1 for p in sweep.points)
@@ -186,7 +207,7 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], w
                         curve["points"].append(_failed_point(point, died or "not run: interrupted (Ctrl-C)", rep))
                         continue
                     data, interrupted = _run_point(sweep, server.url, info.model, point, prompts,
-                                                   rep, lambda line: say(f"{label}: {line}"))
+                                                   rep, lambda line: say(f"{label}: {line}"), body)
                     data["walls"] = point_walls(data, weights, walls["context"], walls["bandwidth"],
                                                 walls["source"], walls["card"], _mean(data.get("input_lens")))
                     died = server.failure() if hasattr(server, "failure") else None
@@ -198,6 +219,17 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], w
     except KeyboardInterrupt:
         interrupted = True
     return curve, interrupted
+
+
+def _request_body(engine: str) -> dict[str, Any]:
+    """What every request to ``engine``'s server carries for greedy decoding (``EngineDef.request_body``); nothing
+    for an engine the registry does not know (a --url server it cannot name)."""
+    from iotrace.engines.registry import engine as lookup
+
+    try:
+        return dict(lookup(engine).request_body)
+    except IotraceError:
+        return {}
 
 
 def _mean(values: list[Any] | None) -> float | None:
@@ -220,7 +252,8 @@ def run_sweep(sweep: ServeSweep, card: Card | None, say: Callable[[str], None] =
     most = max((sweep.requests or default_requests(p.concurrency, p.rate))
                + (sweep.warmup if sweep.warmup is not None else default_warmup(p.concurrency)) for p in sweep.points)
     prompts = _prompts(gguf_tokenizer(sweep.gguf), most, sweep.input_tokens, sweep.seed)
-    local = sweep.url is None
+    # a server on this machine's loopback reads this machine's memory: its wall is the copy loop's, as a started one's
+    local = sweep.url is None or urlsplit(sweep.url).hostname in ("127.0.0.1", "localhost", "::1")
     on_gpu = local and __import__("torch").cuda.is_available()
     bandwidth, source = None, None
     if card is not None and card.memory_bandwidth_gbs and (on_gpu or not local):
@@ -245,7 +278,7 @@ def run_sweep(sweep: ServeSweep, card: Card | None, say: Callable[[str], None] =
                  "bandwidth_gbs": None if bandwidth is None else bandwidth / 1e9, "bandwidth_source": source,
                  "card": None if card is None else {"key": card.key, "name": card.name},
                  "curves": [], "interrupted": False, "manifest": bench_manifest(sweep, card)})
-    specs: list[EngineSpec | None] = list(sweep.engines) or [None]
+    specs: list[EngineSpec | None] = list(sweep.engines) or [None]  # with --url: the engine serving there, if named
     for spec in specs:
         for flags in sweep.server_args:
             curve, interrupted = _curve(sweep, spec, flags, walls, prompts, say)

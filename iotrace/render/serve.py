@@ -55,6 +55,10 @@ def _curve_lines(curve: dict[str, Any]) -> list[str]:
     for p in curve["points"]:
         if p.get("error"):
             lines.append(f"  {p['label']} (rep {p['rep'] + 1}): {p['error']}")
+        if p.get("burst_requests"):
+            lines.append(f"  {p['label']} (rep {p['rep'] + 1}): {p['burst_requests']} of {p['completed']} requests "
+                         "arrived in one burst (first token after 90% of their time): the server held their tokens "
+                         "back, so TPOT and tok/s/user time its delivery, not its decode steps")
         no_fraction = ((p.get("walls") or {}).get("decode") or {}).get("no_fraction")
         if no_fraction:
             lines.append(f"  {p['label']} (rep {p['rep'] + 1}): no % of wall: {no_fraction}")
