@@ -8,15 +8,14 @@ of the longest prefix listed; modules of one layer may import each other (withou
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "iotrace"
+from iotrace.source_graph import PACKAGE, import_graph
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("iotrace", "iotrace.errors", "iotrace.checkout", "iotrace.argtypes", "iotrace.nvtx_ranges",
+    ("iotrace", "iotrace.errors", "iotrace.checkout", "iotrace.argtypes", "iotrace.nvtx_ranges", "iotrace.source_graph",
      "iotrace.plugin_manager"),
     ("iotrace.cards", "iotrace.sm_limits", "iotrace.cu_limits", "iotrace.model_shapes", "iotrace.identities"),
     ("iotrace.occupancy", "iotrace.occupancy_amd", "iotrace.derivations"),
@@ -34,41 +33,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("iotrace.pytest_plugin",),
     ("iotrace.cli", "iotrace.__main__"),
 )
-
-
-def _module_name(path: Path, root: Path) -> str:
-    parts = list(path.relative_to(root.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
-    """module -> the iotrace modules it imports, anywhere in its source."""
-    files = {_module_name(p, root): p for p in root.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            if isinstance(node, ast.Import):
-                candidates = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, *([base] if base else [])])
-                # `from pkg import mod` imports the module pkg.mod where it exists, else a name of pkg.
-                candidates = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
-            else:
-                continue
-            for target in candidates:
-                while target and target not in files:
-                    target = target.rpartition(".")[0]
-                if target.startswith("iotrace") and target != name:
-                    targets.add(target)
-        graph[name] = targets
-    return graph
 
 
 def layer_of(module: str) -> int:

@@ -3,12 +3,14 @@ the code computes now (a note whose numbers drift fails here)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from iotrace.errors import InvalidValueError
 from iotrace.notes import annotations, catalog, decode_wall
 from iotrace.notes.document import Note, render
 from tests.conftest import pinned_model, run_cli
@@ -272,3 +274,61 @@ def test_note_from_a_trace_keeps_annotations(tmp_path: Path, corpus: Path) -> No
     assert annotations.extract(out.read_text())["trace-findings"] == "Checked by hand: yes."
     bad = run_cli("note", str(trace), "--title", "x", "-o", str(tmp_path / "x.txt"))
     assert bad.returncode == 2 and "is not a .md file" in bad.stderr
+
+
+def test_a_model_note_is_read_from_its_measurement_while_its_inputs_hold(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The committed quantisation note is checked against its cached measurement (notes/measured/) without running
+    the model: a figure edited in the note, or in the cache, is still stale; a changed input measures again."""
+    from iotrace.notes import measured
+
+    pinned_model()
+    shutil.copy(NOTES / "quantisation.md", tmp_path / "quantisation.md")
+    (tmp_path / "measured").mkdir()
+    cache = tmp_path / "measured" / "quantisation.json"
+    shutil.copy(NOTES / "measured" / "quantisation.json", cache)
+
+    def measuring(item, corpus):
+        raise AssertionError(f"{item.name} was measured")
+
+    monkeypatch.setattr(catalog, "_build", measuring)
+    assert catalog.stale(tmp_path, ["quantisation"]) == {}  # the cache's key is the inputs': nothing measured
+    note = (tmp_path / "quantisation.md").read_text()
+    row = "| float16 (reference) | 23,040 | — | 46,603 | 1 (itself) | 0 | 100% | 18.3374 | — | — |"
+    (tmp_path / "quantisation.md").write_text(note.replace(row, row.replace("18.3374", "18.9")))
+    assert "18.9" in catalog.stale(tmp_path, ["quantisation"])["quantisation"]
+    (tmp_path / "quantisation.md").write_text(note)
+    record = json.loads(cache.read_text())
+    (section,) = [s for s in record["note"]["sections"] if row in s["body"]]
+    section["body"] = section["body"].replace(row, row.replace("18.3374", "18.9"))
+    cache.write_text(json.dumps(record))
+    assert "18.3374" in catalog.stale(tmp_path, ["quantisation"])["quantisation"]
+    record["key"] = "0" * 64  # an input changed since: the note is measured again
+    cache.write_text(json.dumps(record))
+    with pytest.raises(AssertionError, match="quantisation was measured"):
+        catalog.stale(tmp_path, ["quantisation"])
+    cache.write_text("{}")
+    with pytest.raises(InvalidValueError, match=r"quantisation\.json is not a note's measurement cache"):
+        catalog.stale(tmp_path, ["quantisation"])
+    assert json.loads((NOTES / "measured" / "quantisation.json").read_text())["schema"] == measured.SCHEMA
+
+
+def test_the_measurement_key_covers_the_code_a_note_reaches_and_nothing_else(tmp_path: Path) -> None:
+    from iotrace.notes import measured
+    from iotrace.source_graph import PACKAGE
+
+    root = tmp_path / "iotrace"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__", "recipes"))
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(b"GGUF")
+    first = measured.inputs("iotrace.notes.quantisation", model_file, root)
+    assert "iotrace/model/quant_lab.py" in first["sources"] and "iotrace/trace/reports/step_report.py" not in \
+        first["sources"]
+    key = measured.key_of(first)
+    (root / "trace" / "reports" / "step_report.py").write_text("# unrelated\n")
+    assert measured.key_of(measured.inputs("iotrace.notes.quantisation", model_file, root)) == key
+    for changed in (root / "model" / "quant_lab.py", root / "data" / "cards.toml", model_file):
+        with changed.open("a") as handle:
+            handle.write("\n")
+        assert measured.key_of(measured.inputs("iotrace.notes.quantisation", model_file, root)) != key, changed
+        key = measured.key_of(measured.inputs("iotrace.notes.quantisation", model_file, root))

