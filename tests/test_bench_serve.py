@@ -67,8 +67,9 @@ def _gguf_config() -> dict:
 def test_a_sweep_of_a_real_server_recomputes_from_its_arrays_and_leaves_no_process(tmp_path: Path) -> None:
     tag = uuid.uuid4().hex
     page = tmp_path / "pareto.html"
+    # 50 ms a token: slower than the CPU's wall for the pinned model's bytes, as a real server's stream is
     done = _serve("--concurrency", "1,3", "--rate", "inf", "--requests", "6", "--output-tokens", "8", "--json",
-                  "-o", str(page), tag=tag)
+                  "-o", str(page), tag=tag, server_args="--gap 0.05")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert _tagged(tag) == []  # the server and its child were stopped
@@ -95,6 +96,23 @@ def test_a_sweep_of_a_real_server_recomputes_from_its_arrays_and_leaves_no_proce
         assert wall["per_user_tok_s"] == pytest.approx(bandwidth / (shape["stored"] + batch * kv))
     html = page.read_text(encoding="utf-8")
     assert "plotly" in html and "fake" in html and "wall: " in html
+    # Read back: `bench import` gives one serving row per point, `recipes add` one recipe per point.
+    from iotrace.model.imported import load_bench_file
+    from iotrace.recipes.store import ImportOptions, recipes_of
+
+    saved = tmp_path / "serve.json"
+    saved.write_text(done.stdout, encoding="utf-8")
+    rows = load_bench_file(saved)
+    flags = f"--gap 0.05 --tag {tag}"
+    assert [r.test for r in rows] == [f"serve 6 req, {load}, {flags}, rep 1"
+                                      for load in ("1 stream", "3 streams", "all at once")]
+    for row, p in zip(rows, curve["points"], strict=True):
+        assert (row.phase, row.engine, row.tokens_per_s) == ("serving", "fake", p["output_token_throughput_per_user"])
+        assert row.output_tokens_per_s == p["output_throughput"] and row.requests == 6
+        assert row.decode_wall_tok_s == p["walls"]["decode"]["per_user_tok_s"]
+    recipes = recipes_of(saved, ImportOptions())
+    assert [(r.engine, r.placement, r.output_tok_s) for r in recipes] == [
+        ("fake", "cpu", p["output_throughput"]) for p in curve["points"]]
 
 
 def test_a_server_killed_mid_sweep_keeps_the_finished_points(tmp_path: Path) -> None:

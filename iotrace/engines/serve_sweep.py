@@ -156,23 +156,20 @@ def _run_point(sweep: ServeSweep, url: str, model: str | None, point: ServePoint
     except KeyboardInterrupt:
         interrupted = True
     data = PointMetrics.from_point(run, sweep.slo).to_dict()
-    data.update(label=point.label, rep=rep, interrupted=interrupted or run.cancelled, max_in_flight=run.max_in_flight,
-                burst_requests=_bursts(data))
+    data.update(label=point.label, rep=rep, interrupted=interrupted or run.cancelled, max_in_flight=run.max_in_flight)
     return data, interrupted
 
 
-#: A request whose first content came after this share of its whole time arrived in one burst: the server held its
-#: tokens back (on two busy cores vLLM's API process waits for a core while its engine computes), so its TPOT and
-#: 1 / TPOT are the delivery's, not the decode steps'. 0.9: a stream of n tokens paced evenly has TTFT / E2E near
-#: 1 / n plus the prefill's share, far below it for the 16 tokens the sweep asks.
-BURST_SHARE = 0.9
-
-
 def _bursts(point: dict[str, Any]) -> int:
-    """How many completed requests of ``point`` arrived in one burst (:data:`BURST_SHARE`)."""
-    return sum(1 for ttft, e2e, n, error in zip(point["ttfts"], point["latencies"], point["output_lens"],
-                                                  point["errors"], strict=True)
-               if not error and ttft and e2e and n >= 4 and ttft >= BURST_SHARE * e2e)
+    """How many completed requests of ``point`` were paced faster than one stream's wall allows (1 / TPOT above
+    B / (weights + b · KV)): no decode step does that, so their tokens were held back and sent in a burst (on two busy
+    cores vLLM's API process waits for a core while its engine computes), and their TPOT times the delivery. 0 where
+    the point has no wall to judge by."""
+    wall = ((point.get("walls") or {}).get("decode") or {}).get("per_user_tok_s")
+    if not wall:
+        return 0
+    return sum(1 for tpot, error in zip(point["tpots"], point["errors"], strict=True)
+               if not error and tpot and 1.0 / tpot > wall)
 
 
 def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], walls: dict[str, Any],
@@ -210,6 +207,7 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], w
                                                    rep, lambda line: say(f"{label}: {line}"), body)
                     data["walls"] = point_walls(data, weights, walls["context"], walls["bandwidth"],
                                                 walls["source"], walls["card"], _mean(data.get("input_lens")))
+                    data["burst_requests"] = _bursts(data)
                     died = server.failure() if hasattr(server, "failure") else None
                     if died and data["failed"]:
                         data["error"] = died

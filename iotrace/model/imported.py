@@ -19,6 +19,7 @@ from iotrace.cards import Card, lookup
 from iotrace.errors import InvalidValueError
 from iotrace.model.import_llama import is_llama_csv_header, is_llama_row, llama_csv_rows, llama_run, what_is
 from iotrace.model.import_markdown import is_notebook, llama_markdown_rows, looks_like_llama_markdown, notebook_rows
+from iotrace.model.import_own_serve import is_own_serve, own_serve_runs
 from iotrace.model.import_rows import (
     GGML_KV_BYTES_PER_VALUE,
     WEIGHT_BYTES,
@@ -148,6 +149,8 @@ def _runs(path: Path, text: str, setting: Setting, skipped: Skipped) -> list[Imp
         return [llama_run(obj, f"{path}#{i}", setting, cards) for i, obj in enumerate(value)]
     if is_llama_row(value):  # a one-line JSONL file
         return [llama_run(value, f"{path}:{number}", setting, cards)]
+    if is_own_serve(value):
+        return own_serve_runs(path, value, skipped)
     if is_serving_result(value):
         return [serving_run(value, f"{path}:{number}", setting)]
     if is_one_batch_result(value):

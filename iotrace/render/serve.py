@@ -27,7 +27,8 @@ def _row(p: dict[str, Any]) -> tuple[str, ...]:
     return (p["label"], str(p["rep"] + 1), f"{p['completed']}/{p['failed']}", _f(p.get("request_throughput"), 2),
             _f(p.get("output_throughput")), _f(decode.get("tok_s")),
             "above" if decode.get("no_fraction") else _pct(decode.get("fraction")),
-            _f(p.get("output_token_throughput_per_user")), _f(decode.get("per_user_tok_s")),
+            "bursts" if p.get("burst_requests") else _f(p.get("output_token_throughput_per_user")),
+            _f(decode.get("per_user_tok_s")),
             f"{_f(p.get('median_ttft_ms'), 0)}/{_f(p.get('p99_ttft_ms'), 0)}",
             f"{_f(p.get('median_tpot_ms'))}/{_f(p.get('p99_tpot_ms'))}", _f(p.get("p99_itl_ms")),
             _f(p.get("median_e2el_ms"), 0), _f(p.get("request_goodput"), 2) if p.get("goodput_slo_ms") else "n/a")
@@ -57,8 +58,8 @@ def _curve_lines(curve: dict[str, Any]) -> list[str]:
             lines.append(f"  {p['label']} (rep {p['rep'] + 1}): {p['error']}")
         if p.get("burst_requests"):
             lines.append(f"  {p['label']} (rep {p['rep'] + 1}): {p['burst_requests']} of {p['completed']} requests "
-                         "arrived in one burst (first token after 90% of their time): the server held their tokens "
-                         "back, so TPOT and tok/s/user time its delivery, not its decode steps")
+                         "were paced faster than one stream's wall allows: their tokens were held back and sent in a "
+                         "burst, so TPOT and tok/s/user time the delivery, not the decode steps")
         no_fraction = ((p.get("walls") or {}).get("decode") or {}).get("no_fraction")
         if no_fraction:
             lines.append(f"  {p['label']} (rep {p['rep'] + 1}): no % of wall: {no_fraction}")
@@ -110,8 +111,9 @@ def pareto_figure(data: dict[str, Any]) -> Any:
 
     fig = go.Figure()
     for curve in data["curves"]:
+        # a point whose tokens arrived in bursts has no per-user rate to draw (its TPOT times the delivery)
         points = [p for p in curve["points"] if p.get("output_throughput") and
-                  p.get("output_token_throughput_per_user")]
+                  p.get("output_token_throughput_per_user") and not p.get("burst_requests")]
         if not points:
             continue
         fig.add_scatter(x=[p["output_throughput"] for p in points],
