@@ -68,3 +68,13 @@ if [ "${ENGINES:-1}" != 0 ]; then
     --gen-tokens 32 --reps 1 --profile "$out/engine-traces" --json > "$out/engines-profiled.json"
   $py bench/check_waterfalls.py "$out/engine-traces" | tee "$out/waterfalls.txt"
 fi
+
+# Concurrent streams (issue 44): vLLM's CUDA server (bf16, CUDA graphs: the CPU defaults overridden by the later
+# flags) with the pinned model, swept at 1, 4, 16 and 64 streams beside the card's batched wall; the Pareto chart as a
+# PNG. An 8B-class shape with --load-format dummy needs bench serve to take a shape other than the GGUF's (not yet).
+if [ "${ENGINES:-1}" != 0 ]; then
+  IOTRACE_ENGINES=.engines-gpu $py -m iotrace bench serve --engine vllm --concurrency 1,4,16,64 --output-tokens 128 \
+    --server-args "--dtype bfloat16 --no-enforce-eager" --json -o "$out/serve-pareto.png" > "$out/serve.json"
+  $py -c 'import json, sys; from iotrace.render.serve import serve_text; print(serve_text(json.load(open(sys.argv[1]))))' \
+    "$out/serve.json" | tee "$out/serve.txt"
+fi

@@ -103,17 +103,41 @@ def _prompts(tokenizer: Any, count: int, tokens: int, seed: int) -> list[str]:
     return out
 
 
+#: vLLM's ``--dtype`` and ``--kv-cache-dtype`` values -> bytes per value (vllm/config: "auto" follows the model's).
+_VLLM_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0, "fp8": 1.0,
+               "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+
+
+def _flag(flags: tuple[str, ...], name: str) -> str | None:
+    """The last value ``flags`` give ``name`` (``--x v`` or ``--x=v``): the server's parser keeps the last."""
+    found = None
+    for i, word in enumerate(flags):
+        if word == name and i + 1 < len(flags):
+            found = flags[i + 1]
+        elif word.startswith(name + "="):
+            found = word.split("=", 1)[1]
+    return found
+
+
 def _served_weights(engine: str, flags: tuple[str, ...], gguf: Any, stored: int) -> ServedWeights:
-    """The bytes a decode step of ``engine``'s server reads: vLLM's CPU build serves the Hugging Face folder in fp32
-    (iotrace starts it with ``--dtype float32``; its KV cache in that dtype), llama.cpp the GGUF as stored (its KV
-    cache f16 unless ``--type_k``/``--type_v`` say otherwise); any other engine as stored, said so."""
+    """The bytes a decode step of ``engine``'s server reads: vLLM serves the Hugging Face folder at its ``--dtype``
+    (iotrace starts it at float32; a later ``--dtype`` in the flags wins) with its KV cache at that width or
+    ``--kv-cache-dtype``; llama.cpp reads the GGUF as stored with an f16 KV cache (unless ``--type_k``/``--type_v``
+    change it); any other engine, the GGUF as stored, said so."""
     config = gguf.config
     common = {"layers": config.layers, "kv_heads": config.kv_heads, "head_dim": config.head_dim,
               "params": float(config.params)}
-    if engine == "vllm" and "--dtype" not in flags:
-        return ServedWeights("fp32 (dequantised)", config.params * 4.0, 4.0, **common,
-                             basis="vLLM's CPU server started with --dtype float32: weights and KV cache in fp32")
-    if engine == "llama.cpp" and not {"--type_k", "--type_v"} & set(flags):
+    if engine == "vllm":
+        dtype = _flag(flags, "--dtype") or "float32"
+        kv = _flag(flags, "--kv-cache-dtype") or "auto"
+        width = _VLLM_BYTES.get(dtype)
+        kv_width = width if kv == "auto" else _VLLM_BYTES.get(kv)
+        if width is not None and kv_width is not None:
+            label = "fp32 (dequantised)" if dtype in ("float32", "float") else f"{dtype} (dequantised)"
+            return ServedWeights(label, config.params * width, kv_width, **common,
+                                 basis=f"vLLM serves the Hugging Face folder at --dtype {dtype}, its KV cache at "
+                                       f"{kv if kv != 'auto' else dtype}")
+    if engine == "llama.cpp" and not {"--type_k", "--type_v"} & {f.split("=")[0] for f in flags}:
         return ServedWeights(f"{gguf.file_type} as stored", float(stored), 2.0, **common,
                              basis="llama.cpp reads the GGUF as stored; its KV cache is f16 by default")
     return ServedWeights(f"{gguf.file_type} as stored", float(stored), 2.0, **common,
