@@ -55,7 +55,7 @@ BUILTIN_ENGINES = (
     EngineDef(name="llama.cpp", summary="llama.cpp through llama-cpp-python (built from source)",
               aliases=("llama-cpp", "llamacpp", "llama_cpp"), own_venv=True, offline=True,
               server_argv=llama_cpp_argv, model_format="gguf", ready_path="/v1/models",
-              request_body={"repeat_penalty": 1.0},
+              request_body={"repeat_penalty": 1.0}, eos_by_logit_bias=True,
               version_of=lambda python: dist_version(python, "llama-cpp-python"), install=_MAKE_ENGINES,
               server_install="install llama-cpp-python's server extra into it: PYTHON -m pip install "
                              "'llama-cpp-python[server]==0.3.36' (`make engines` does, in a new venv)"),

@@ -145,6 +145,9 @@ class EngineDef:
     #: and its offline runner do it: llama-cpp-python's server applies ``repeat_penalty`` 1.1 unless told 1.0
     #: (llama_cpp/server/types.py), which picks a token other than the argmax.
     request_body: dict[str, Any] = field(default_factory=dict, hash=False)
+    #: True: its server has no ``ignore_eos`` (llama-cpp-python's), so a request keeps the model's EOS token out
+    #: with ``logit_bias`` instead, and every request runs to the length asked, as on the servers that have it.
+    eos_by_logit_bias: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):

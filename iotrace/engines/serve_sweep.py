@@ -196,7 +196,7 @@ def _bursts(point: dict[str, Any]) -> int:
                if not error and tpot and 1.0 / tpot > wall)
 
 
-def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], walls: dict[str, Any],
+def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], served: dict[str, Any],
            prompts: list[str], say: Callable[[str], None]) -> tuple[dict[str, Any], bool]:
     """One engine and flag set through every point and repetition; (its JSON, whether Ctrl-C stopped it)."""
     name = spec.name if spec is not None else "url"  # a --url server's engine is named by --engine or guessed
@@ -213,13 +213,13 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], w
             engine = curve["engine"] if spec is not None else str(info.engine or "unknown engine")
             if sweep.url is not None:
                 curve["engine"], curve["label"] = engine, f"{engine} at {sweep.url}"
-            weights = walls["weights"](engine, flags)
-            body = _request_body(engine)
+            weights = served["weights"](engine, flags)
+            body = _request_body(engine, served["eos_id"])
             curve["request_body"] = body
             curve["weights"] = weights.to_dict()
-            if walls["bandwidth"] is not None:  # the Pareto chart's wall for what this server reads
+            if served["bandwidth"] is not None:  # the Pareto chart's wall for what this server reads
                 most = max(p.concurrency or 1 for p in sweep.points)
-                curve["wall_curve"] = wall_curve(weights, walls["context"], walls["bandwidth"],
+                curve["wall_curve"] = wall_curve(weights, served["context"], served["bandwidth"],
                                                  list(range(1, most + 1)))
             for rep in range(sweep.reps):
                 for point in sweep.points:
@@ -229,8 +229,8 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], w
                         continue
                     data, interrupted = _run_point(sweep, server.url, info.model, point, prompts,
                                                    rep, lambda line: say(f"{label}: {line}"), body)
-                    data["walls"] = point_walls(data, weights, walls["context"], walls["bandwidth"],
-                                                walls["source"], walls["card"], _mean(data.get("input_lens")))
+                    data["walls"] = point_walls(data, weights, served["context"], served["bandwidth"],
+                                                served["source"], served["card"], _mean(data.get("input_lens")))
                     data["burst_requests"] = _bursts(data)
                     died = server.failure() if hasattr(server, "failure") else None
                     if died and data["failed"]:
@@ -243,15 +243,24 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], w
     return curve, interrupted
 
 
-def _request_body(engine: str) -> dict[str, Any]:
-    """What every request to ``engine``'s server carries for greedy decoding (``EngineDef.request_body``); nothing
-    for an engine the registry does not know (a --url server it cannot name)."""
+#: A logit bias that no logit survives: JSON has no -inf, and a float32 logit near -1e9 never wins a softmax or argmax.
+_NEVER = -1e9
+
+
+def _request_body(engine: str, eos_id: int | None) -> dict[str, Any]:
+    """What every request to ``engine``'s server carries for greedy decoding to the length asked
+    (``EngineDef.request_body``; the EOS token biased away where its server has no ``ignore_eos``); nothing for an
+    engine the registry does not know (a --url server it cannot name)."""
     from iotrace.engines.registry import engine as lookup
 
     try:
-        return dict(lookup(engine).request_body)
+        found = lookup(engine)
     except IotraceError:
         return {}
+    body = dict(found.request_body)
+    if found.eos_by_logit_bias and eos_id is not None:
+        body["logit_bias"] = {str(eos_id): _NEVER}
+    return body
 
 
 def _mean(values: list[Any] | None) -> float | None:
@@ -285,7 +294,9 @@ def run_sweep(sweep: ServeSweep, card: Card | None, say: Callable[[str], None] =
         bandwidth, source = copy_bandwidth_bytes_per_s("cpu"), "measured copy (this run, CPU)"
         card = None  # a CPU server is never a fraction of a card's wall
     context = sweep.input_tokens + sweep.output_tokens // 2  # the KV read at the decode steps' mean context
-    walls = {"weights": lambda engine, flags: _served_weights(engine, flags, gguf, stored), "context": context,
+    eos = gguf.reader.fields.get("tokenizer.ggml.eos_token_id")
+    served = {"weights": lambda engine, flags: _served_weights(engine, flags, gguf, stored), "context": context,
+             "eos_id": int(eos.parts[eos.data[0]][0]) if eos is not None else None,
              "bandwidth": bandwidth, "source": source, "card": card}
     data = into if into is not None else {}
     data.update({"schema": SCHEMA,
@@ -303,7 +314,7 @@ def run_sweep(sweep: ServeSweep, card: Card | None, say: Callable[[str], None] =
     specs: list[EngineSpec | None] = list(sweep.engines) or [None]  # with --url: the engine serving there, if named
     for spec in specs:
         for flags in sweep.server_args:
-            curve, interrupted = _curve(sweep, spec, flags, walls, prompts, say)
+            curve, interrupted = _curve(sweep, spec, flags, served, prompts, say)
             data["curves"].append(curve)
             if interrupted:
                 data["interrupted"] = True
