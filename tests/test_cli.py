@@ -250,3 +250,22 @@ def test_every_data_command_takes_json() -> None:
         for word in command.split():
             sub = next(a for a in sub._actions if a.dest in ("command", "identity")).choices[word]
         assert any("--json" in a.option_strings for a in sub._actions), command
+
+
+def test_ctrl_c_is_one_line_and_exit_130() -> None:
+    """Ctrl-C in a long command (the model bench, mid-run) ends with one line, not a KeyboardInterrupt traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "iotrace", "bench", "--gen-tokens", "2000", "--reps", "5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    first = proc.stderr.readline()  # the first progress line: the bench is under way
+    assert first.startswith("iotrace bench ["), first
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "iotrace: interrupted (Ctrl-C)", err

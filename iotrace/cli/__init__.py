@@ -57,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `iotrace cards | head`: the reader left; not an error of ours or theirs
         _silence_stdout()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; 130 as a shell reports SIGINT (128 + 2)
+        print("iotrace: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     try:
         sys.stdout.flush()
     except BrokenPipeError:
