@@ -223,6 +223,7 @@ def test_the_cli_lists_writes_and_predicts(tmp_path: Path) -> None:
     cards = {row["card"]: row for row in json.loads(out)["cards"]}
     assert code == 0 and cards["h100-pcie"]["kind"] == "measured" and cards["h100-pcie"]["tok_s"] == 145.55
     for args, said in ((("recipes", "--dir", str(tmp_path / "none")), "is not a folder of recipes"),
+                       (("recipes", "--card", "nope"), "no card called 'nope' in the CardBook"),
                        (("recipes", "predict", "--model", "nope", "--quant", "x"), "no recipe of a model")):
         code, out, err = cli_in_process(*args)
         assert code == 2 and said in err and err.count("\n") == 1

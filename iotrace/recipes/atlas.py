@@ -44,7 +44,9 @@ def select(recipes: list[Recipe], card: str | None = None, model: str | None = N
     if card is not None:
         try:
             key = lookup(card).key
-        except UnknownCardError:  # not a CardBook card: a machine's name as the source gives it ("CPU")
+        except UnknownCardError:  # not a CardBook card: a machine's name as the source gives it ("CPU"), or a typo
+            if not any(card.lower() == r.machine.lower() for r in recipes):
+                raise  # the CardBook's own "no card …, did you mean" line, exit 2, as every command
             key = None
     out = []
     for r in recipes:
