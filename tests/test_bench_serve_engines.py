@@ -42,23 +42,24 @@ def _engine_python(name: str, module: str) -> Path:
     return python
 
 
-@pytest.fixture(scope="module")
-def llama_cpp(tmp_path_factory: pytest.TempPathFactory):
+def _started(name: str, module: str, timeout_s: float, log: Path):
+    """``name``'s own server for the module's tests (skipped, saying how to build it, where its venv is missing)."""
     from iotrace.engines.server import Server
 
-    _engine_python("llama.cpp", "uvicorn, fastapi, llama_cpp")
+    _engine_python(name, module)
     pinned_model()
-    with Server("llama.cpp", log_dir=tmp_path_factory.mktemp("llama-log"), timeout_s=300.0) as server:
+    return Server(name, log_dir=log, timeout_s=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def llama_cpp(tmp_path_factory: pytest.TempPathFactory):
+    with _started("llama.cpp", "uvicorn, fastapi, llama_cpp", 300.0, tmp_path_factory.mktemp("llama-log")) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory: pytest.TempPathFactory):
-    from iotrace.engines.server import Server
-
-    _engine_python("vllm", "vllm")
-    pinned_model()
-    with Server("vllm", log_dir=tmp_path_factory.mktemp("vllm-log"), timeout_s=900.0) as server:
+    with _started("vllm", "vllm", 900.0, tmp_path_factory.mktemp("vllm-log")) as server:
         yield server
 
 
