@@ -4,6 +4,7 @@ per-request arrays, every wall by hand, each fault one line with nothing lost an
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -220,3 +221,22 @@ def test_a_flags_effect_is_welchs_interval_by_hand() -> None:
     assert same["verdict"] == "within noise"
     (one,) = flag_effects([curve([], [10.0]), curve(["--flash"], [12.0])])
     assert one["ci95_tok_s"] is None and one["verdict"] == "one repetition: no interval"
+
+
+def test_the_notes_bend_is_where_doubling_the_streams_stops_paying() -> None:
+    """The concurrent-streams note's conclusion on its committed sweep, by hand: llama.cpp's curve bends at once
+    (its server queues the streams), vLLM's has not bent by 8 streams (it batches them)."""
+    from iotrace.notes.concurrent_streams import BEND_GAIN, SWEEP, bend
+
+    data = json.loads(SWEEP.read_text(encoding="utf-8"))
+    found = {}
+    for curve in data["curves"]:
+        rates: dict[int, list[float]] = {}
+        for p in curve["points"]:
+            rates.setdefault(p["max_concurrency"], []).append(p["output_throughput"])
+        means = [(c, statistics.fmean(v)) for c, v in sorted(rates.items())]
+        by_hand = next((f"c={c}" for (c, r), (_, after) in itertools.pairwise(means)
+                        if after < r * (1 + BEND_GAIN)), None)
+        assert bend(curve) == by_hand
+        found[curve["engine"]] = by_hand
+    assert found == {"llama.cpp": "c=1", "vllm": None}

@@ -87,6 +87,12 @@ def _where_tok_s_went(corpus: Path) -> Note:
     return tok_s.build(corpus)
 
 
+def _concurrent_streams(corpus: Path) -> Note:
+    from iotrace.notes import concurrent_streams
+
+    return concurrent_streams.build()
+
+
 def _kernel_note(name: str) -> Callable[[Path], Note]:
     def build(corpus: Path) -> Note:
         from iotrace.notes import kernel_notes
@@ -113,6 +119,8 @@ PUBLISHED: dict[str, Published] = {
     "cardbook-recipes": Published("cardbook-recipes", _cardbook_recipes, needs_corpus=False),
     # The corpus's vLLM H100 trace and this project's own CPU traces of the pinned model (traces/where-the-tok-s-went).
     "where-the-tok-s-went": Published("where-the-tok-s-went", _where_tok_s_went, needs_corpus=True),
+    # This project's two `iotrace bench serve` sweeps of the pinned model on its CPU (traces/concurrent-streams).
+    "concurrent-streams": Published("concurrent-streams", _concurrent_streams, needs_corpus=False),
 }
 
 

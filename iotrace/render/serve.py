@@ -103,35 +103,46 @@ def serve_text(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mean_by_label(points: list[dict[str, Any]], key: str) -> dict[str, float]:
+    """Each label's mean of ``key`` over its repetitions, in sweep order."""
+    found: dict[str, list[float]] = {}
+    for p in points:
+        if p.get(key) is not None:
+            found.setdefault(p["label"], []).append(p[key])
+    return {label: sum(v) / len(v) for label, v in found.items()}
+
+
+#: plotly's default qualitative colours (plotly.colors.qualitative.Plotly): a curve and its wall share one.
+_COLOURS = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880")
+
+
 def pareto_figure(data: dict[str, Any]) -> Any:
-    """Tok/s per user (1 / median TPOT) against output tok/s in all: a line per curve through its points (first
-    repetition's order), and the wall's line for each weight format the servers read, b streams at b = 1 … the
-    largest concurrency."""
+    """Tok/s per user (1 / median TPOT) against output tok/s in all, each point the mean of its repetitions: a line
+    per curve through its points, and beside it, dashed in its colour, the wall for what that server reads at b = 1 …
+    the largest concurrency. Both axes logarithmic: the walls sit an order of magnitude out on a CPU."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for curve in data["curves"]:
+    for i, curve in enumerate(data["curves"]):
+        colour = _COLOURS[i % len(_COLOURS)]
         # a point whose tokens arrived in bursts has no per-user rate to draw (its TPOT times the delivery)
-        points = [p for p in curve["points"] if p.get("output_throughput") and
-                  p.get("output_token_throughput_per_user") and not p.get("burst_requests")]
-        if not points:
-            continue
-        fig.add_scatter(x=[p["output_throughput"] for p in points],
-                        y=[p["output_token_throughput_per_user"] for p in points], mode="lines+markers+text",
-                        text=[p["label"] for p in points], textposition="top center", name=curve["label"])
-    drawn = set()
-    for curve in data["curves"]:  # one wall per weight format the servers read
-        wall, weights = curve.get("wall_curve") or [], (curve.get("weights") or {}).get("label")
-        if not wall or weights in drawn:
-            continue
-        drawn.add(weights)
-        fig.add_scatter(x=[w["tok_s"] for w in wall], y=[w["per_user_tok_s"] for w in wall], mode="lines+markers",
-                        name=f"wall: {weights} at {data['bandwidth_gbs']:.0f} GB/s (identity 1)",
-                        line={"dash": "dash"}, text=[f"b={w['batch']}" for w in wall])
+        points = [p for p in curve["points"] if not p.get("burst_requests")]
+        x = _mean_by_label(points, "output_throughput")
+        y = _mean_by_label(points, "output_token_throughput_per_user")
+        labels = [label for label in x if label in y]
+        if labels:
+            fig.add_scatter(x=[x[k] for k in labels], y=[y[k] for k in labels], mode="lines+markers+text",
+                            text=labels, textposition="top right", name=curve["label"],
+                            line={"color": colour}, textfont={"size": 10})
+        wall = curve.get("wall_curve") or []
+        if wall:
+            fig.add_scatter(x=[w["tok_s"] for w in wall], y=[w["per_user_tok_s"] for w in wall], mode="lines",
+                            name=f"wall: {(curve.get('weights') or {}).get('label')} at {data['bandwidth_gbs']:.0f} "
+                                 "GB/s (identities 1, 3)", line={"dash": "dash", "color": colour})
     fig.update_layout(title=f"{data['model']['name']} served on {data['machine']}: tok/s per user against tok/s in "
                             "all, beside the batched decode wall",
-                      xaxis_title="output tok/s in all", yaxis_title="tok/s per user (1 / median TPOT)",
+                      xaxis_title="output tok/s in all (log)", yaxis_title="tok/s per user, 1 / median TPOT (log)",
                       template="plotly_white", width=1000, height=640)
-    fig.update_xaxes(rangemode="tozero")
-    fig.update_yaxes(rangemode="tozero")
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
     return fig
