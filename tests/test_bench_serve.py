@@ -65,6 +65,7 @@ def _gguf_config() -> dict:
             "stored": sum(int(t.n_bytes) for t in reader.tensors)}
 
 
+@pytest.mark.slow  # a real server process and a whole sweep: 5-15 s on two busy cores
 def test_a_sweep_of_a_real_server_recomputes_from_its_arrays_and_leaves_no_process(tmp_path: Path) -> None:
     tag = uuid.uuid4().hex
     page = tmp_path / "pareto.html"
@@ -116,6 +117,7 @@ def test_a_sweep_of_a_real_server_recomputes_from_its_arrays_and_leaves_no_proce
         ("fake", "cpu", p["output_throughput"]) for p in curve["points"]]
 
 
+@pytest.mark.slow  # a real server process and a whole sweep: 5-15 s on two busy cores
 def test_a_server_killed_mid_sweep_keeps_the_finished_points(tmp_path: Path) -> None:
     tag = uuid.uuid4().hex
     out = tmp_path / "run.json"
@@ -131,6 +133,7 @@ def test_a_server_killed_mid_sweep_keeps_the_finished_points(tmp_path: Path) -> 
     assert "c=1    1    4/0" in done.stdout
 
 
+@pytest.mark.slow  # a real server process and a whole sweep: 5-15 s on two busy cores
 def test_a_server_that_fails_to_start_is_one_line_with_its_last_words() -> None:
     tag = uuid.uuid4().hex
     done = _serve("--concurrency", "1", tag=tag, server_args="--exit-at-start 7")
@@ -139,6 +142,7 @@ def test_a_server_that_fails_to_start_is_one_line_with_its_last_words() -> None:
     assert "status 7" in line and "no memory for the KV cache" in line and "log" in line
 
 
+@pytest.mark.slow  # a real server process and a whole sweep: 5-15 s on two busy cores
 def test_a_request_timeout_fails_every_request_with_its_reason() -> None:
     tag = uuid.uuid4().hex
     done = _serve("--concurrency", "1", "--requests", "2", "--warmup", "0", "--timeout", "0.3", "--json", tag=tag,
@@ -150,6 +154,7 @@ def test_a_request_timeout_fails_every_request_with_its_reason() -> None:
     assert "no request completed" in done.stderr
 
 
+@pytest.mark.slow  # a real server process and a whole sweep: 5-15 s on two busy cores
 def test_ctrl_c_writes_what_finished_and_stops_the_server() -> None:
     tag = uuid.uuid4().hex
     argv = [sys.executable, "-m", "iotrace", "bench", "serve", "--engine", "fake", "--concurrency", "1,2",
