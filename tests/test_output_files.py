@@ -52,6 +52,10 @@ def _recipes() -> list[str]:
     return ["recipes", "--card", "l40s"]
 
 
+def _serve() -> list[str]:
+    return ["bench", "serve", "--engine", "llama.cpp"]
+
+
 def _note() -> list[str]:
     return ["note", str(CORPUS / RGB), "--title", "RGB", "--no-images"]
 
@@ -66,6 +70,10 @@ COMMANDS = {
     "tune": (_tune, False, (".html", ".png", ".json", ".txt"), (".md", ".csv")),
     "note": (_note, True, (".md",), (".html", ".txt")),
     "recipes": (_recipes, False, (".html", ".json", ".md", ".txt"), (".csv", ".pdf")),
+    # What it writes needs a server: the chart (.html) and the result (.json) through a real server process in
+    # tests/test_bench_serve.py, the PNG through the engines' own in tests/test_bench_serve_engines.py. Here: the
+    # refusals, which come before any server starts.
+    "bench serve": (_serve, False, (), (".csv", ".pdf")),
 }
 
 WRITES = [(name, ext) for name, (_, _, writes, _) in COMMANDS.items() for ext in writes]

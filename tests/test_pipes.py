@@ -56,6 +56,7 @@ PIPED: dict[str, list[list[str]] | str] = {
            "whole_and_names_both_spill_counts pipes it into a file and checks it the same way",
     "tune": [["tune", "gemm", "--replay", str(SWEEP), "--strategy", "model", "--budget", "27"]],
     "bench import": [["bench", "import", str(LLAMA_BENCH)]],
+    "bench serve": "starts the engines' servers; its table read from a pipe is checked in tests/test_bench_serve.py",
     "recipes": [["recipes", "--card", "l40s"], ["recipes", "--engine", "sglang"], ["recipes", "--card", "rtx4090"]],
     "recipes predict": [["recipes", "predict", "--model", "llama 8B", "--quant", "Q4_K"]],
     "recipes add": "writes recipe files; its stdout is one line per file: tests/test_recipes.py",
@@ -327,5 +328,6 @@ def test_bench_usage_shows_bench_alone_as_valid() -> None:
     usage = parser.format_usage()
     first, second = usage.split("\n", 1)[0], usage.strip().splitlines()[-1]
     assert first.startswith("usage: iotrace bench [-h] [--model KEY") and "import" not in usage.split("\n       ")[0]
-    assert second.strip().startswith("iotrace bench import FILE")
+    assert second.strip().startswith("iotrace bench serve --engine NAME")
+    assert "iotrace bench import FILE" in usage.strip().splitlines()[-2]
     assert build_parser().parse_args(["bench", "--gen-tokens", "4"]).bench_command is None
