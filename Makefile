@@ -12,9 +12,8 @@ tour: $(STAMP)
 
 # The whole suite, on every core (pytest-xdist; tests sharing one resource are grouped, --dist loadgroup), then the
 # budget check on the run just recorded: no test over 60 s without the slow mark (tests/test_suite_budget.py).
-# 14 min 23 s and 14 min 56 s in clean clones on two cores, venv build included (`CI=true bash .ci/run`); 37 min 53 s on
-# a 2-core machine 2.6x slower test for test (issue 33: the same files' worker time summed); where it goes:
-# docs/contributing/index.md.
+# 19 min 47 s in a clean clone on two quiet cores, venv and engine builds included (`CI=true bash .ci/run`, issue 45:
+# the suite 15 min 32 s, 1,803 s of tests summed over the two workers); where it goes: docs/contributing/index.md.
 PYTEST_PARALLEL ?= -n auto --dist loadgroup
 test: $(STAMP) system-deps engines
 	$(BIN)/ruff check .
