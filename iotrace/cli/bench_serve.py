@@ -51,7 +51,10 @@ def _load(name: str):
 def _engines(text: str):
     from iotrace.engines.launch import parse_engine
 
-    return [parse_engine(part) for part in text.split(",") if part.strip()] or parse_engine(text)
+    specs = [parse_engine(part) for part in text.split(",") if part.strip()]
+    if not specs:
+        raise InvalidValueError(f"--engine {text!r} names no engine", "e.g. --engine llama.cpp,vllm")
+    return specs
 
 
 def _server_args(text: str) -> tuple[str, ...]:

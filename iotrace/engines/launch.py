@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iotrace.engines.engine_def import engines_dir  # public here as before; defined low, for the registry
+from iotrace.engines.engine_def import default_python, engines_dir  # engines_dir public here as before
 from iotrace.errors import InvalidValueError
 
 __all__ = ["ENGINES", "RUNNER", "EngineRun", "EngineSpec", "engines_dir", "interpreter", "parse_engine", "rerun_line",
@@ -90,9 +90,10 @@ def interpreter(spec: EngineSpec) -> Path:
     """The interpreter that runs ``spec``'s engine (not checked here: a missing one is the engine's error)."""
     if spec.python is not None:
         return spec.python
-    if _own_venv(spec.name):
-        return engines_dir() / spec.name / "bin" / "python"
-    return Path(sys.executable)
+    from iotrace.engines.registry import registry
+
+    found = registry().engines.get(spec.name)
+    return default_python(found) if found is not None else Path(sys.executable)
 
 
 @dataclass

@@ -208,8 +208,8 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], s
         # the server's own lines name the engine already; a flag set is added after them
         with _server(sweep, spec, flags, lambda line: say(f"{line} [{' '.join(flags)}]" if flags else line)) as server:
             info = server.info()
-            curve["server"] = {**info.to_dict(), "ready_s": getattr(server, "ready_s", None),
-                               "log": str(getattr(server, "log_path", None) or "") or None}
+            curve["server"] = {**info.to_dict(), "ready_s": server.ready_s,
+                               "log": str(server.log_path) if server.log_path else None}
             engine = curve["engine"] if spec is not None else str(info.engine or "unknown engine")
             if sweep.url is not None:
                 curve["engine"], curve["label"] = engine, f"{engine} at {sweep.url}"
@@ -223,7 +223,7 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], s
                                                  list(range(1, most + 1)))
             for rep in range(sweep.reps):
                 for point in sweep.points:
-                    died = server.failure() if hasattr(server, "failure") else None
+                    died = server.failure()
                     if died or interrupted:
                         curve["points"].append(_failed_point(point, died or "not run: interrupted (Ctrl-C)", rep))
                         continue
@@ -232,7 +232,7 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], s
                     data["walls"] = point_walls(data, weights, served["context"], served["bandwidth"],
                                                 served["source"], served["card"], _mean(data.get("input_lens")))
                     data["burst_requests"] = _bursts(data)
-                    died = server.failure() if hasattr(server, "failure") else None
+                    died = server.failure()
                     if died and data["failed"]:
                         data["error"] = died
                     curve["points"].append(data)

@@ -428,6 +428,7 @@ class RemoteServer:
         self.timeout_s = timeout_s
         self.pid: int | None = None
         self.log_path: Path | None = None
+        self.ready_s: float | None = None  # not started here: no time to ready
         self.argv: list[str] | None = None
         self.name: str | None = None
 
@@ -453,6 +454,11 @@ class RemoteServer:
 
     def stop(self) -> None:
         """Nothing to stop: the server is not iotrace's."""
+
+    def failure(self) -> str | None:
+        """None: iotrace did not start this server, so it has no exit of its own to report (a server gone mid-sweep
+        shows as its requests failing, each with its reason)."""
+        return None
 
     def info(self, timeout_s: float | None = None) -> ServerInfo:
         """What the server exposes; its engine guessed from that (vLLM's /version and metrics, ``owned_by``)."""
