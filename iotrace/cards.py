@@ -20,12 +20,16 @@ from typing import Any
 from iotrace.errors import DataFileError, InvalidValueError, NoGpuError, UnknownCardError
 from iotrace.sm_limits import SMLimits, sm_limits
 
-__all__ = ["ENV_CARD", "PRECISIONS", "AmdMatch", "Card", "CardBook", "card_book", "detect", "lookup", "match_amd"]
+__all__ = ["ENV_CARD", "PRECISIONS", "SEGMENTS", "AmdMatch", "Card", "CardBook", "card_book", "detect", "lookup",
+           "match_amd"]
 
 _DATA_FILE = "cards.toml"
 
 #: Environment variable naming the card to use when no ``--card`` is given.
 ENV_CARD = "IOTRACE_CARD"
+
+#: The markets a card's ``segment`` names, as its vendor files it (data/cards.toml: nvidia-segments, amd-segments).
+SEGMENTS = ("datacenter", "workstation", "consumer")
 
 #: Peak-throughput keys a card may state, in TFLOP/s (TOPS for int8), dense, FP32 accumulate for tensor formats.
 PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32_tensor", "fp16_tensor", "bf16_tensor", "fp8_tensor",
@@ -52,6 +56,8 @@ class Card:
     memory_gb: float
     peak_tflops: dict[str, float]
     cc: str | None = None
+    #: The vendor's market for the card (:data:`SEGMENTS`); None for a detected card the CardBook lacks.
+    segment: str | None = None
     chip: str = ""
     aliases: tuple[str, ...] = ()
     boost_clock_mhz: float | None = None
@@ -118,6 +124,7 @@ class Card:
     def to_dict(self) -> dict[str, Any]:
         return {
             "key": self.key, "name": self.name, "aliases": list(self.aliases), "vendor": self.vendor,
+            "segment": self.segment,
             "architecture": self.architecture, "chip": self.chip, "cc": self.cc, "sm_count": self.sm_count,
             "boost_clock_mhz": self.boost_clock_mhz, "memory_gb": self.memory_gb, "memory_type": self.memory_type,
             "memory_bandwidth_gbs": self.memory_bandwidth_gbs, "l2_cache_mb": self.l2_cache_mb, "tdp_w": self.tdp_w,
@@ -176,6 +183,8 @@ def _card_from_row(row: dict[str, Any], citations: dict[str, str]) -> Card:
     unknown = set(row["peak_tflops"]) - set(PRECISIONS)
     if unknown:
         raise KeyError(f"card {row.get('key')}: unknown precisions {sorted(unknown)}")
+    if row.get("segment") not in SEGMENTS:
+        raise KeyError(f"card {row.get('key')}: segment {row.get('segment')!r} is not one of {', '.join(SEGMENTS)}")
     used = {source: citations[source] for source in sources.values()}
     return Card(sources=sources, citations=used, **row)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from iotrace.cards import PRECISIONS, card_book, detect, lookup
+from iotrace.cards import PRECISIONS, SEGMENTS, card_book, detect, lookup
 from iotrace.errors import NoGpuError, UnknownCardError
 from iotrace.sm_limits import known_ccs
 from iotrace.trace.devices import card_key
@@ -53,6 +53,25 @@ def test_every_value_has_a_citation() -> None:
             assert len(card.citation(name)) > 40, f"{card.key}.{name}: {card.citation(name)!r} is not a citation"
         assert set(card.peak_tflops) <= set(PRECISIONS)
         assert card.peak_tflops, f"{card.key} states no peak"
+
+
+def test_every_card_names_its_segment_as_its_vendor_files_it() -> None:
+    """The segment (datacenter, workstation, consumer) is what `recipes predict` groups cards by: every card has one,
+    cited to its vendor's product families; the brand names in the card's name agree with it."""
+    for card in card_book():
+        assert card.segment in SEGMENTS and card.source("segment") == f"{card.vendor}-segments", card.key
+        assert card.to_dict()["segment"] == card.segment
+        name = card.name.lower()
+        if "geforce" in name or "radeon rx" in name:
+            assert card.segment == "consumer", card.key
+        if "instinct" in name or name.startswith(("nvidia a1", "nvidia h", "nvidia b2", "tesla v100-sxm2")):
+            assert card.segment == "datacenter", card.key
+    segments = {key: lookup(key).segment for key in ("h100-pcie", "h800-pcie", "l40s", "mi300x", "rtx4090",
+                                                     "strix-halo", "r9700", "w7900", "gb10", "v100-dgxs-32gb")}
+    assert segments == {"h100-pcie": "datacenter", "h800-pcie": "datacenter", "l40s": "datacenter",
+                        "mi300x": "datacenter", "rtx4090": "consumer", "strix-halo": "consumer",
+                        "r9700": "workstation", "w7900": "workstation", "gb10": "workstation",
+                        "v100-dgxs-32gb": "workstation"}
 
 
 def test_nvidia_cards_have_sm_limits() -> None:

@@ -175,6 +175,7 @@ def print_card(console: Console, card: Card) -> None:
     rows: list[tuple[str, str, str]] = [
         ("vendor / architecture", f"{card.vendor} {card.architecture} {card.chip}".strip(),
          card.source("architecture")),
+        ("segment", card.segment or "—", card.source("segment")),
         ("compute capability", card.cc or "—", card.source("cc")),
         ("SMs", str(card.sm_count), card.source("sm_count")),
         ("boost clock", f"{_opt(card.boost_clock_mhz)} MHz", card.source("boost_clock_mhz")),
