@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from iotrace.argtypes import count_at_least, layer_counts
@@ -85,7 +84,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--model", required=True, metavar="TEXT", help="a model the recipes hold (e.g. 'llama 8B')")
     predict.add_argument("--quant", required=True, metavar="TEXT", help="its quant (e.g. 'Q4_K - Medium')")
     predict.add_argument("--engine", default="llama.cpp", metavar="NAME",
-                         help="whose median measured fraction predicts (default llama.cpp)")
+                         help="whose measured fractions of the wall predict (default llama.cpp)")
     _add_dirs(predict)
     pout = predict.add_mutually_exclusive_group()
     pout.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -146,14 +145,13 @@ def _cmd_add(args: argparse.Namespace) -> None:
 
 
 def _cmd_predict(args: argparse.Namespace) -> None:
-    from iotrace.recipes.atlas import predict
+    from iotrace.recipes.predict import predict
     from iotrace.render.recipes import predictions_markdown, print_predictions
 
-    rows, basis = predict(_recipes(args.dir), args.model, args.quant, args.engine)
-    data = [asdict(r) for r in rows]
+    data = predict(_recipes(args.dir), args.model, args.quant, args.engine).to_dict()
     if args.json:
-        print(json.dumps(finite_json({"basis": basis, "cards": data}), indent=2))
+        print(json.dumps(finite_json(data), indent=2))
     elif args.markdown:
-        print(predictions_markdown(data, basis), end="")
+        print(predictions_markdown(data), end="")
     else:
-        print_predictions(console(args.wide), data, basis, f"{args.model} {args.quant} ({args.engine}) on every card")
+        print_predictions(console(args.wide), data, f"{args.model} {args.quant} ({args.engine}) on every card")

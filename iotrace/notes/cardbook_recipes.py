@@ -7,11 +7,11 @@ by URL at a commit) through :mod:`iotrace.recipes`; deterministic, no corpus and
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict
 
 from iotrace.cards import card_book
 from iotrace.notes.document import Note, table
-from iotrace.recipes.atlas import atlas_table, predict
+from iotrace.recipes.atlas import atlas_table
+from iotrace.recipes.predict import predict
 from iotrace.recipes.record import Recipe
 from iotrace.recipes.store import PUBLISHED, read_folder
 from iotrace.render.recipes import atlas_markdown, predictions_markdown
@@ -107,12 +107,16 @@ def build() -> Note:
              "The decode fractions of each card's single-stream, single-card recipes at depth 0, every model and "
              "quant together: what share of the bus the engines' kernels reach on that card. Serving runs are left "
              "out: their streams share each step with a batch, a different question (see §1).", _closeness(recipes))
-    rows, basis = predict(recipes, PREDICTED_MODEL, PREDICTED_QUANT, "llama.cpp")
+    predicted = predict(recipes, PREDICTED_MODEL, PREDICTED_QUANT, "llama.cpp").to_dict()
     note.add("predicted", f"{PREDICTED_MODEL} {PREDICTED_QUANT} on every card: measured where run, predicted elsewhere",
              "The decode wall of the same weights on every CardBook card, and the measured rate where a recipe ran "
-             "it (the first test of its sweep). Elsewhere the rate is *predicted*: the median fraction of the wall "
-             "llama.cpp reached in the published recipes, times the card's wall. A card whose memory cannot hold "
-             "the weights gets none.", predictions_markdown([asdict(r) for r in rows], basis),
+             "it (the first test of its sweep). Elsewhere the rate is *predicted* from the nearest measured cards: "
+             "the card's own llama.cpp runs of other models, else the cards of its segment (datacenter, "
+             "workstation, consumer) and vendor, the same model and quant where they ran it. The rate is the "
+             "fraction of the wall reached on the basis card nearest in bandwidth, times the card's wall; the "
+             "interval is the basis's lowest to highest fraction; the basis column names every row and how many. "
+             "A card with no such neighbour says *no basis* (a datacenter card is never predicted from consumer "
+             "cards), and one whose memory cannot hold the weights gets none.", predictions_markdown(predicted),
              f"`iotrace recipes predict --model '{PREDICTED_MODEL}' --quant '{PREDICTED_QUANT}'`")
     note.add("sources", "Sources",
              "Every recipe names its file at a commit and the row it came from (`iotrace recipes --json`: "

@@ -1,26 +1,21 @@
-"""The atlas: recipes as a table grouped by card, then model, quant and engine; and, for a model and quant, the wall
-on every card with a *predicted* rate where no recipe measured one.
+"""The atlas: recipes as a table grouped by card, then model, quant and engine (the prediction for cards without a
+recipe is :mod:`iotrace.recipes.predict`).
 
-A table, not a ranking: rows keep the CardBook's card order, then model, quant, engine and depth. The prediction
-is the median measured fraction of the wall of that engine's recipes (single-card, every layer on the GPU, the
-first depth of each) times the card's wall for the model and quant (identity 1: weight bytes over bandwidth); the
-basis is printed with it, and a card whose memory cannot hold the weights gets no prediction.
+A table, not a ranking: rows keep the CardBook's card order, then model, quant, engine and depth.
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from iotrace.cards import Card, card_book, lookup
-from iotrace.errors import InvalidValueError, UnknownCardError
+from iotrace.cards import card_book, lookup
+from iotrace.errors import UnknownCardError
 from iotrace.recipes.record import Derived, Recipe
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ATLAS_COLUMNS", "Prediction", "atlas_table", "predict", "select"]
+__all__ = ["ATLAS_COLUMNS", "atlas_table", "select"]
 
 ATLAS_COLUMNS = ("card", "model", "quant", "engine", "build", "where", "tests", "prefill tok/s", "prefill % of wall",
                  "decode tok/s", "± decode", "decode wall tok/s", "% of wall", "top gap", "aggregate tok/s", "load",
@@ -120,67 +115,3 @@ def atlas_table(recipes: list[Recipe]) -> pd.DataFrame:
                  "aggregate tok/s"):
         table[name] = table[name].astype("float64")
     return table
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """One card's wall for a model and quant, and its measured or predicted decode rate."""
-
-    card: str
-    wall_tok_s: float
-    kind: str               # "measured", "predicted" or "does not fit"
-    tok_s: float | None
-    basis: str
-
-
-def _first_of_each(recipes: list[Recipe], by_card: bool = False) -> dict[tuple, Recipe]:
-    """The first recipe (in file order: the shortest test of a sweep) of each configuration, or of each card."""
-    out: dict[tuple, Recipe] = {}
-    for r in recipes:
-        key = (r.card,) if by_card else (r.card, r.model, r.quant, r.engine_version, r.source.url or r.source.file,
-                                         str(sorted(r.flags.items())))
-        out.setdefault(key, r)
-    return out
-
-
-def _fits(card: Card, weight_bytes: float) -> bool:
-    return weight_bytes <= card.memory_gb * 1e9
-
-
-def predict(recipes: list[Recipe], model: str, quant: str, engine: str) -> tuple[list[Prediction], str]:
-    """For every CardBook card with a bandwidth: the decode wall of ``model`` in ``quant`` and the rate measured
-    there, or predicted from the median fraction of ``engine``'s measured recipes. Returns the rows and the basis."""
-    chosen = [r for r in select(recipes, model=model, quant=quant) if r.weight_bytes and r.gpus == 1]
-    if not chosen:
-        raise InvalidValueError(f"no recipe of a model matching {model!r} in a quant matching {quant!r} states its "
-                                "weight bytes", "name a model and quant `iotrace recipes` lists")
-    weights = statistics.median(r.weight_bytes for r in chosen)  # type: ignore[misc]
-    basis_recipes = list(_first_of_each([r for r in select(recipes, engine=engine) if r.gpus == 1
-                                         and r.placement == "gpu" and r.depth == 0
-                                         and r.derived.decode_fraction is not None]).values())
-    if not basis_recipes:
-        raise InvalidValueError(f"no {engine} recipe measured a decode against its wall",
-                                "name an engine with measured GPU recipes (iotrace recipes --engine NAME)")
-    median = statistics.median(r.derived.decode_fraction for r in basis_recipes)  # type: ignore[misc]
-    cards = sorted({r.card for r in basis_recipes if r.card})
-    basis = (f"median of {len(basis_recipes)} measured {engine} decode fractions, the first of each configuration "
-             f"({median:.1%}; cards "
-             f"{', '.join(cards)}) × the card's wall for {weights / 1e9:.2f} GB of weights")
-    measured = {key[0]: r for key, r in _first_of_each(
-        [r for r in chosen if r.card and r.depth == 0 and r.decode and r.placement == "gpu"
-         and engine.lower() in r.engine.lower()], by_card=True).items()}
-    out = []
-    for card in card_book().cards:
-        if card.memory_bandwidth_gbs is None:
-            continue
-        wall = card.bandwidth_bytes_per_s / weights
-        if card.key in measured:
-            r = measured[card.key]
-            out.append(Prediction(card.key, wall, "measured", r.decode.tok_s,  # type: ignore[union-attr]
-                                  f"{r.decode.test}, {r.source.url or r.source.file}"))  # type: ignore[union-attr]
-        elif not _fits(card, weights):
-            out.append(Prediction(card.key, wall, "does not fit", None,
-                                  f"{weights / 1e9:.1f} GB of weights > {card.memory_gb:g} GB"))
-        else:
-            out.append(Prediction(card.key, wall, "predicted", median * wall, "median fraction × wall"))
-    return out, basis

@@ -95,19 +95,39 @@ def atlas_figure(table: Any) -> Any:
     return fig
 
 
-def print_predictions(console: Console, rows: list[dict[str, Any]], basis: str, title: str) -> None:
+#: The prediction table's columns: (heading, justify).
+_PREDICTION_COLUMNS = (("card", "left"), ("segment", "left"), ("decode wall tok/s", "right"), ("kind", "left"),
+                       ("tok/s", "right"), ("interval tok/s", "right"), ("% of wall", "right"), ("basis", "left"))
+
+
+def _interval(row: dict[str, Any]) -> str:
+    """A prediction's lowest to highest rate; one basis row has no spread, and says so."""
+    if row["low_tok_s"] is None:
+        return "n/a"
+    if row["n"] == 1:
+        return "one row"
+    return f"{_cell(row['low_tok_s'])}\N{EN DASH}{_cell(row['high_tok_s'])}"
+
+
+def _prediction_cells(row: dict[str, Any]) -> list[str]:
+    fraction = None if row["fraction"] is None else 100 * row["fraction"]
+    return [row["card"], row["segment"] or "n/a", _cell(row["wall_tok_s"]), row["kind"], _cell(row["tok_s"]),
+            _interval(row), _cell(fraction, "%"), row["basis"]]
+
+
+def print_predictions(console: Console, data: dict[str, Any], title: str) -> None:
+    """Every card's wall, its measured or predicted rate with the interval and basis; the method under the table."""
     out = Table(title=escape(title), title_justify="left")
-    for col, justify in (("card", "left"), ("decode wall tok/s", "right"), ("kind", "left"), ("tok/s", "right"),
-                         ("basis", "left")):
-        out.add_column(col, justify=justify, overflow="fold")
-    for r in rows:
-        out.add_row(r["card"], _cell(r["wall_tok_s"]), r["kind"], _cell(r["tok_s"]), escape(r["basis"]))
+    for col, justify in _PREDICTION_COLUMNS:
+        out.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for r in data["cards"]:
+        out.add_row(*(escape(c) for c in _prediction_cells(r)))
     console.print(out)
-    console.print(f"predicted = {escape(basis)}")
+    console.print(f"predicted = {escape(data['method'])}")
 
 
-def predictions_markdown(rows: list[dict[str, Any]], basis: str) -> str:
-    lines = ["| card | decode wall tok/s | kind | tok/s | basis |", "|---|---:|---|---:|---|"]
-    lines += [f"| {r['card']} | {_md(r['wall_tok_s'])} | {r['kind']} | {_md(r['tok_s'])} | {_md(r['basis'])} |"
-              for r in rows]
-    return "\n".join(lines) + f"\n\nPredicted = {basis}.\n"
+def predictions_markdown(data: dict[str, Any]) -> str:
+    lines = ["| " + " | ".join(c for c, _ in _PREDICTION_COLUMNS) + " |",
+             "|" + "|".join("---:" if j == "right" else "---" for _, j in _PREDICTION_COLUMNS) + "|"]
+    lines += ["| " + " | ".join(_md(c) for c in _prediction_cells(r)) + " |" for r in data["cards"]]
+    return "\n".join(lines) + f"\n\nPredicted = {data['method']}.\n"
