@@ -13,7 +13,8 @@ import math
 import re
 from collections.abc import Callable
 
-__all__ = ["MAX_COUNT", "binary_count", "bits", "count_at_least", "key_values", "positive_number", "si_number"]
+__all__ = ["MAX_COUNT", "binary_count", "bits", "bits_or_zero", "count_at_least", "key_values", "positive_number",
+           "si_number"]
 
 _SI = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _NUMBER = re.compile(r"^([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)$")
@@ -73,6 +74,14 @@ def bits(text: str) -> float:
     value = si_number(text)
     if value <= 0 or value > 64:
         raise argparse.ArgumentTypeError(f"{text!r} bits per value is outside 0 < bits <= 64")
+    return value
+
+
+def bits_or_zero(text: str) -> float:
+    """Bits per value where 0 means "none counted" (``math kv --weight-bits 0``: the KV cache alone): 0 to 64."""
+    value = si_number(text)
+    if value < 0 or value > 64:
+        raise argparse.ArgumentTypeError(f"{text!r} bits per value is outside 0 <= bits <= 64 (0: not counted)")
     return value
 
 

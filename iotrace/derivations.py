@@ -135,8 +135,10 @@ def prefill(params: float, tokens: float, *, card: Card | None = None, precision
 
 
 def kv_cache(layers: int, kv_heads: int, head_dim: int, tokens: float, bytes_per_value: float, *, batch: int = 1,
-             card: Card | None = None, weight_bytes: float = 0.0, scale_bytes: float = 0.0) -> Derivation:
-    """Identity 3: KV-cache bytes (with a quantised cache's scales), and with a card, the context that fits."""
+             card: Card | None = None, weights: Quantity | None = None, scale_bytes: float = 0.0) -> Derivation:
+    """Identity 3: KV-cache bytes (with a quantised cache's scales), and with a card, the context that fits beside
+    ``weights`` (a quantity whose meaning says how they were sized, or that they are not counted; None: not counted)
+    and whether the asked context fits."""
     total = _finite("KV-cache size", ident.kv_cache_bytes(layers, kv_heads, head_dim, tokens, bytes_per_value, batch,
                                                           scale_bytes))
     per_token = ident.kv_cache_bytes(layers, kv_heads, head_dim, 1, bytes_per_value, 1, scale_bytes)
@@ -154,17 +156,30 @@ def kv_cache(layers: int, kv_heads: int, head_dim: int, tokens: float, bytes_per
     also = [Quantity("per token", per_token, "B", "KV bytes per token per sequence")]
     notes = []
     if card is not None:
-        free = card.memory_bytes - weight_bytes
-        if free <= 0:
-            raise InvalidValueError(f"the weights ({num(weight_bytes / 2**30)} GiB) do not fit in {card.name}'s "
-                                    f"{num(card.memory_gb)} GiB, so no context fits beside them",
-                                    "use fewer --weight-bits or a larger card")
-        fits = ident.kv_cache_max_tokens(max(free, 0.0), layers, kv_heads, head_dim, bytes_per_value, batch,
+        if weights is None:
+            weights = Quantity("W", 0.0, "B", "weights not counted: 'fits' is the KV cache alone", "given")
+        memory = card.memory_bytes
+        if weights.value >= memory:
+            raise InvalidValueError(f"the weights do not fit in {card.name}'s {num(card.memory_gb)} GiB, so no "
+                                    f"context fits beside them: {weights.meaning} = {num(weights.value / 2**30)} GiB",
+                                    "give --weight-bits at the width you run (e.g. 4), --weight-bits 0 for the KV "
+                                    "cache alone, or a larger card")
+        inputs.append(weights)
+        fits = ident.kv_cache_max_tokens(memory - weights.value, layers, kv_heads, head_dim, bytes_per_value, batch,
                                          scale_bytes)
-        steps.append(f"context that fits = ({num(card.memory_bytes)} − {num(weight_bytes)}) / "
+        steps.append(f"context that fits = ({num(memory)} − {num(weights.value)}) / "
                      f"({num(per_token)} × {batch}) = {fits} tokens per sequence")
+        needed = total + weights.value
+        sequences = f"{batch} sequence{'s' if batch != 1 else ''}"
         also += [Quantity("fits", fits, "tokens", f"context per sequence that fits in {card.name}'s memory"),
-                 Quantity("share", total / card.memory_bytes, "", f"share of {card.name}'s {num(card.memory_gb)} GiB")]
+                 Quantity("share", total / memory, "", f"share of {card.name}'s {num(card.memory_gb)} GiB"),
+                 Quantity("needs", needed, "B", f"the KV cache of {num(tokens)} tokens × {sequences} plus the "
+                                                "weights")]
+        ok = needed <= memory
+        counted = "" if weights.value else " (not counted)"
+        notes.append(f"{num(tokens)} tokens × {sequences} {'fit' if ok else 'do not fit'} in {card.name}: "
+                     f"{num(total / 1e9)} GB of KV cache + {num(weights.value / 1e9)} GB of weights{counted} = "
+                     f"{num(needed / 1e9)} GB {'≤' if ok else '>'} {num(memory / 1e9)} GB ({num(card.memory_gb)} GiB).")
         notes.append("'fits' ignores activations, allocator slack and the runtime's own memory.")
     if scale_bytes:  # the header states what the steps compute: the scales ride on every token, layer and KV head
         inputs.append(Quantity("s", scale_bytes, "B", "scale bytes per token, layer and KV head", "given"))

@@ -50,9 +50,15 @@ def run_tour(console: Console, card_name: str) -> None:
     print_derivation(console, derivations.prefill(llama.params, 2048, card=card, precision=precision))
 
     console.print(Rule(f"4. Long context is a KV tax: {llama.name} at 8192 tokens, fp16"))
-    weights = llama.params * 2  # fp16 weights, when the card holds them at all
+    fp16 = llama.params * 2  # fp16 weights, when the card holds them at all; said either way
+    if fp16 < card.memory_bytes:
+        weights = derivations.Quantity("W", fp16, "B", f"{llama.key}'s weights, its parameters × 16 bits / 8",
+                                       "models.toml")
+    else:
+        weights = derivations.Quantity("W", 0.0, "B", f"weights not counted: {llama.key}'s {fp16 / 1e9:.1f} GB at 16 "
+                                       f"bits exceed {card.name}'s memory, so 'fits' is the KV cache alone", "given")
     print_derivation(console, derivations.kv_cache(llama.layers, llama.kv_heads, llama.head_dim, 8192, 2, card=card,
-                                                   weight_bytes=weights if weights < card.memory_bytes else 0.0))
+                                                   weights=weights))
 
     console.print(Rule(f"5. Roofline: a {GEMM}³ fp16 GEMM and a batch-1 GEMV on {card.name}"))
     gemm_flops = 2.0 * GEMM**3

@@ -68,6 +68,43 @@ def test_kv_known_check_with_model_and_card() -> None:
     assert fits["value"] == (141 * 2**30 - 8.03e9 * 2) // 131072 == 1_032_543
 
 
+def _kv(*args: str) -> tuple[dict, dict, str]:
+    out = _json("math", "kv", *args)
+    weights = next((q for q in out["inputs"] if q["symbol"] == "W"), None)
+    return out, weights, out["notes"][0] if out["notes"] else ""
+
+
+def test_kv_with_a_card_states_the_weights_it_counts_and_whether_the_asked_context_fits() -> None:
+    """Issue 46: `math kv --card` counted the weights as 0 bytes unless told. Now: the model's 16-bit weights by
+    default, said in the output and the JSON; `--weight-bits 0` counts the KV cache alone and says so; and a verdict
+    on the asked tokens × sequences, weights included."""
+    default, weights, verdict = _kv("--model", "llama-3-8b", "--tokens", "8k", "--card", "h200")
+    told = _json("math", "kv", "--model", "llama-3-8b", "--tokens", "8k", "--card", "h200", "--weight-bits", "16")
+    assert weights["value"] == 8.03e9 * 2 and weights["source"] == "assumed" and "16 bits assumed" in weights["meaning"]
+    assert default["also"] == told["also"]  # the same answer as --weight-bits 16, the assumption said
+    assert verdict.startswith("8192 tokens × 1 sequence fit in NVIDIA H200: 1.074 GB of KV cache + 16.06 GB of ")
+    # The issue's case, KV only: 16 × 128k tokens of llama-3-70b's cache (687.2 GB) do not fit in 80 GiB.
+    alone, weights, verdict = _kv("--model", "llama-3-70b", "--tokens", "128k", "--batch", "16", "--card", "h100",
+                                  "--weight-bits", "0")
+    assert (weights["value"], weights["meaning"]) == (0, "weights not counted (--weight-bits 0): 'fits' is the KV "
+                                                         "cache alone")
+    assert next(q for q in alone["also"] if q["symbol"] == "fits")["value"] == 80 * 2**30 // (327680 * 16) == 16384
+    assert verdict.startswith("131072 tokens × 16 sequences do not fit in NVIDIA H100 80GB HBM3: 687.2 GB of KV cache "
+                              "+ 0 GB of weights (not counted) = 687.2 GB > 85.9 GB")
+    # At 4 bits the weights (35.3 GB) fit and leave 9,651 tokens per sequence: still not the asked 131,072.
+    four, weights, verdict = _kv("--model", "llama-3-70b", "--tokens", "128k", "--batch", "16", "--card", "h100",
+                                 "--weight-bits", "4")
+    assert weights["value"] == 70.6e9 / 2 and weights["source"] == "given"
+    assert next(q for q in four["also"] if q["symbol"] == "fits")["value"] == (80 * 2**30 - 35.3e9) // (327680 * 16)
+    assert "do not fit" in verdict and "+ 35.3 GB of weights = 722.5 GB > 85.9 GB" in verdict
+    # A shape with no model has no parameters to size: not counted, and said.
+    _, weights, _ = _kv("--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--tokens", "8k", "--card", "h200")
+    assert weights["value"] == 0 and "no --model to size them" in weights["meaning"]
+    # Without a card there is nothing to fit into, and nothing assumed.
+    bare, weights, verdict = _kv("--model", "llama-3-8b", "--tokens", "8k")
+    assert (weights, verdict, len(bare["also"])) == (None, "", 1)
+
+
 def test_kv_int8_with_scales_buys_context() -> None:
     fp16 = _json("math", "kv", "--model", "llama-3-8b", "--tokens", "8k", "--card", "rtx4090", "--weight-bits", "4")
     int8 = _json("math", "kv", "--model", "llama-3-8b", "--tokens", "8k", "--card", "rtx4090", "--weight-bits", "4",
@@ -199,6 +236,14 @@ BAD_INPUT = [
     (["math", "roofline", "--card", "mi300x", "--flops", "1e9", "--bytes", "1e6", "--precision", "fp4"],
      "precision 'fp4' is not one of"),
     (["math", "roofline", "--flops", "1e9", "--bytes", "1e6", "--peak-tflops", "100"], "no GPU found"),
+    # Issue 46: 16-bit weights by default, and said; no context claimed beside weights that do not fit.
+    (["math", "kv", "--model", "llama-3-70b", "--tokens", "128k", "--batch", "16", "--card", "h100"],
+     "do not fit in NVIDIA H100 80GB HBM3's 80 GiB, so no context fits beside them: llama-3-70b's weights, 7.06e10 "
+     "parameters × 16 bits / 8 (16 bits assumed: no --weight-bits given"),
+    (["math", "kv", "--model", "llama-3-8b", "--tokens", "8k", "--card", "h200", "--weight-bits", "-1"],
+     "outside 0 <= bits <= 64"),
+    (["math", "kv", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--tokens", "8k", "--card", "h200",
+      "--weight-bits", "4"], "--weight-bits needs --model"),
 ]
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from iotrace.argtypes import binary_count, bits, si_number
+from iotrace.argtypes import binary_count, bits, bits_or_zero, si_number
 from iotrace.cli.output import (
     OneLineParser,
     add_card,
@@ -80,8 +80,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                     help="a quantised cache's scale bytes per token, layer and KV head (int8 with fp32 K and V "
                          "scales: 8)")
     add_card(kv, ": also say how much context fits in its memory")
-    kv.add_argument("--weight-bits", type=bits,
-                    help="with --card and --model: leave room for the weights at this width")
+    kv.add_argument("--weight-bits", type=bits_or_zero, metavar="BITS",
+                    help="with --card: leave room for --model's weights at this width (default 16, said in the "
+                         "output; 0: count the KV cache alone)")
     add_json(kv)
     kv.set_defaults(func=_cmd_kv)
 
@@ -216,21 +217,47 @@ def _cmd_prefill(args: argparse.Namespace) -> None:
                         peak_tflops=args.peak_tflops))
 
 
+#: The weights' width when --weight-bits is not given: a model served unquantised runs at 16 bits (vLLM's default
+#: --dtype auto: FP16 for FP32 and FP16 checkpoints, BF16 for BF16 ones; docs.vllm.ai, engine arguments).
+DEFAULT_WEIGHT_BITS = 16.0
+
+
+def _kv_weights(args: argparse.Namespace, card: Any) -> Any:
+    """The weights ``math kv`` leaves room for beside the cache, as a quantity that says how they were sized: the
+    model's parameters at --weight-bits, at 16 bits when not given (said so), or not counted (--weight-bits 0, or
+    no --model to size them)."""
+    from iotrace.derivations import Quantity, num
+
+    if args.weight_bits is not None and (card is None or (args.model is None and args.weight_bits > 0)):
+        raise InvalidValueError("--weight-bits needs --model (for the parameter count) and --card (for memory)",
+                                "e.g. --model llama-3-8b --card h200 --weight-bits 16 (0: the KV cache alone)")
+    if card is None:
+        return None
+    if args.weight_bits == 0:
+        return Quantity("W", 0.0, "B", "weights not counted (--weight-bits 0): 'fits' is the KV cache alone", "given")
+    if args.model is None:
+        return Quantity("W", 0.0, "B", "weights not counted (no --model to size them): 'fits' is the KV cache alone",
+                        "given")
+    from iotrace.model_shapes import model
+
+    shape = model(args.model)
+    width = DEFAULT_WEIGHT_BITS if args.weight_bits is None else args.weight_bits
+    meaning = f"{shape.key}'s weights, {num(shape.params)} parameters × {num(width)} bits / 8"
+    if args.weight_bits is None:
+        return Quantity("W", shape.params * width / 8, "B", f"{meaning} ({num(width)} bits assumed: no --weight-bits "
+                        "given; --weight-bits 0 counts the KV cache alone)", "assumed")
+    return Quantity("W", shape.params * width / 8, "B", meaning, "given")
+
+
 def _cmd_kv(args: argparse.Namespace) -> None:
     from iotrace.derivations import kv_cache
 
     layers = _model_field(args, "layers", args.layers)
     kv_heads = _model_field(args, "kv_heads", args.kv_heads)
     head_dim = _model_field(args, "head_dim", args.head_dim)
-    weight_bytes = 0.0
-    if args.weight_bits is not None:
-        if args.model is None or args.card is None:
-            raise InvalidValueError("--weight-bits needs --model (for the parameter count) and --card (for memory)",
-                                    "e.g. --model llama-3-8b --card h200 --weight-bits 16")
-        weight_bytes = _model_field(args, "params", None) * args.weight_bits / 8
-    _show(args, kv_cache(layers, kv_heads, head_dim, args.tokens, args.bits / 8, batch=args.batch,
-                         card=_card_or_none(args.card, needed=False), weight_bytes=weight_bytes,
-                         scale_bytes=args.scale_bytes))
+    card = _card_or_none(args.card, needed=False)
+    _show(args, kv_cache(layers, kv_heads, head_dim, args.tokens, args.bits / 8, batch=args.batch, card=card,
+                         weights=_kv_weights(args, card), scale_bytes=args.scale_bytes))
 
 
 def _cmd_roofline(args: argparse.Namespace) -> None:
