@@ -16,11 +16,12 @@ from iotrace.trace import load
 from iotrace.trace.findings.registry import RULES, rule
 from iotrace.trace.reports.report import Report, build_report
 from iotrace.trace.tables import TABLES, TraceTables, build
-from tests.conftest import CORPUS, ncu_launches
+from tests.conftest import CORPUS, corpus_exports, ncu_launches
 
 T4 = "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep"
 H100_GEMM = "ncu-rep/h100sxm_bf16_gemm_pc_pipeline_full_ncu2024.1.ncu-rep"
 H100_1BLOCK = "ncu-rep/h100_stochastic_round_bf16_1block_full_ncu2024.3.ncu-rep"
+KMEANS = "ncu-rep/gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep"
 RTX4050 = "ncu-rep/rtx4050laptop_rgb_brightness_ncu2023.3.ncu-rep"
 GSZ = "ncu-rep/rtx2060super_gsz_compress_ncu2024.3.ncu-rep"
 DOT = "ncu-rep/gtx1660super_dot_product_full_ncu2024.1.ncu-rep"
@@ -34,6 +35,8 @@ MEMORY = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
 #: Advice only a kernel's author can follow: never given for a library kernel.
 SOURCE_KNOBS = ("num_warps", "num_stages", "BLOCK_", "tl.dot", "__launch_bounds__", "maxrregcount", "Triton",
                 "-gencode")
+#: A balanced kernel's verdict, and the advice of a kernel bound by memory alone: never both about one kernel.
+BALANCED, ONE_ROOF = "both compute and memory traffic must fall", "more FLOP/s will not help"
 #: Advice that hides latency: never the top finding of a kernel at a roof.
 LATENCY_ADVICE = ("in flight", "raise occupancy", "Raise occupancy", "Hide latency", "more resident warps")
 
@@ -69,6 +72,24 @@ def test_bound_at_a_roof_gets_the_roofs_advice_and_a_gain_of_one_minus_x(corpus:
     assert _rules(report) == ["bound"]  # at the roof: no stall, occupancy or achieved-gap advice
     # No bound without counters: an nsys timeline's kernels get none.
     assert "bound" not in _rules(_report(TRT))
+
+
+def test_a_balanced_kernel_is_told_to_cut_both_not_that_flops_will_not_help(corpus: Path) -> None:
+    """The GTX 1660 k-means kernel runs at 78.6% SM and 75.4% memory throughput: balanced (ncu's SOLBottleneck, whose
+    stored result the file keeps). Before issue 46 its advice was a memory-bound kernel's ("more FLOP/s will not
+    help"), under a verdict that says both must fall. The T4 kernel, memory bound, keeps that advice."""
+    launches = ncu_launches(corpus / KMEANS, lambda a: (a.metric_by_name(SM).as_double(),
+                                                        a.metric_by_name(MEMORY).as_double()))
+    sm = sum(x for x, _ in launches) / len(launches)
+    memory = sum(m for _, m in launches) / len(launches)
+    assert (len(launches), round(sm, 1), round(memory, 1)) == (100, 78.6, 75.4)
+    [bound] = [f for f in _report(KMEANS).findings if f.rule == "bound"]
+    assert bound.text.startswith(f"Balanced: SM throughput {sm:.1f}% and memory throughput {memory:.1f}% of peak")
+    assert BALANCED in bound.text and "will not help" not in bound.try_next
+    assert bound.try_next.startswith("Cut both the bytes and the instructions: fuse it with its neighbours")
+    assert "relieving only compute or only memory leaves the other as near its peak" in bound.try_next
+    [t4] = [f for f in _report(T4).findings if f.rule == "bound"]
+    assert t4.text.startswith("Memory bound") and ONE_ROOF in t4.try_next and BALANCED not in t4.text
 
 
 def test_a_tiny_grid_is_named_with_the_share_of_the_gpu_it_leaves_idle(corpus: Path) -> None:
@@ -202,16 +223,22 @@ def test_a_failed_launch_is_named_once_and_never_analysed(corpus: Path) -> None:
 
 
 def _verdict_rows() -> list[str]:
-    return sorted(str(p.relative_to(CORPUS)) for p in (CORPUS / "ncu-rep").iterdir()) if CORPUS.is_dir() else []
+    """Every export of the corpus that loads without Nsight Systems (:func:`tests.conftest.corpus_exports`)."""
+    return [str(p.relative_to(CORPUS)) for p in corpus_exports(CORPUS)] if CORPUS.is_dir() else []
 
 
 @pytest.mark.parametrize("name", _verdict_rows() or ["(no corpus)"])
 def test_no_contradictions_on_any_corpus_report(corpus: Path, name: str) -> None:
     """No kernel at a roof gets latency advice first; no library kernel gets source-level or Triton knobs; no
-    unprofiled launch is analysed; iotrace's bound equals the file's stored SOLBottleneck verdict launch by launch."""
-    report = build_report(load(corpus / name), top=1000, each_launch=True)
+    unprofiled launch is analysed; iotrace's bound equals the file's stored SOLBottleneck verdict launch by launch;
+    no kernel is called balanced ("both compute and memory traffic must fall") and told that only one of them matters
+    ("more FLOP/s will not help": before issue 46 the GTX 1660 k-means report said both). Nsight Compute reports are
+    read launch by launch, the others (thousands of timeline launches) by launch group."""
+    report = build_report(load(corpus / name), top=1000, each_launch=name.startswith("ncu-rep/"))
     for kernel in report.kernels:
         mine = [f for f in report.findings if f.kernel_id == kernel.kernel_id and f.rule != "not-profiled"]
+        said = " ".join(f"{f.text} {f.try_next}" for f in mine)
+        assert not (BALANCED in said and ONE_ROOF in said), (kernel.name, said)
         if not kernel.profiled:
             assert not mine and not kernel.findings
             continue

@@ -198,7 +198,7 @@ def test_user_kernel_knobs_in_hip_terms(corpus) -> None:
                         1.0, 1.0, classify("vecCopy(double*, double*, double*, int, int)"), vocab=AMD)
     assert "amdgpu_waves_per_eu" in next_step(facts, "occupancy", limiter="vgprs")
     assert "LDS per workgroup" in next_step(facts, "occupancy", limiter="lds")
-    for topic in ("memory", "compute", "latency", "occupancy", "small-grid", "tail", "old-build"):
+    for topic in ("memory", "balanced", "compute", "latency", "occupancy", "small-grid", "tail", "old-build"):
         assert not CUDA_ONLY.search(next_step(facts, topic)), topic
     nvidia = replace(facts, vocab=NVIDIA)
     assert "__launch_bounds__" in next_step(nvidia, "occupancy", limiter="registers")

@@ -29,6 +29,15 @@ KNOBS: dict[str, tuple[str, str]] = {
                "or L2 (a larger BLOCK_M/BLOCK_N reads each input fewer times); more FLOP/s will not help.",
                "Move fewer bytes: fuse it with its neighbours, use narrower types, reuse data from shared memory or "
                "L2 (larger tiles read each input fewer times); more FLOP/s will not help."),
+    # Balanced (ncu's SOLBottleneck: both units within 10 points, neither at 80%): relieving one unit leaves the
+    # other as near its peak, so the advice cuts both and never says one of them "will not help".
+    "balanced": ("Cut both the bytes and the instructions: fuse it with its neighbours, load narrower types (fewer "
+                 "bytes, and tl.dot on bf16/fp16 runs on the tensor cores), reuse tiles from shared memory or L2 (a "
+                 "larger BLOCK_M/BLOCK_N); relieving only compute or only memory leaves the other as near its peak.",
+                 "Cut both the bytes and the instructions: fuse it with its neighbours, use narrower types (fewer "
+                 "bytes, and a faster pipe: tensor cores through mma/wmma or a library GEMM), reuse data from shared "
+                 "memory or L2, remove redundant instructions; relieving only compute or only memory leaves the other "
+                 "as near its peak."),
     "compute": ("Use a faster pipe: tl.dot on bf16/fp16 (or tf32) inputs runs on the tensor cores; remove redundant "
                 "instructions.",
                 "Use a faster pipe (tensor cores through mma/wmma or a library GEMM, lower precision) or remove "
@@ -80,6 +89,13 @@ AMD_KNOBS: dict[str, tuple[str, str]] = {
                "larger BLOCK_M/BLOCK_N reads each input fewer times); more FLOP/s will not help.",
                "Move fewer bytes: fuse it with its neighbours, use narrower types, reuse data from LDS or L2 (larger "
                "tiles read each input fewer times); more FLOP/s will not help."),
+    "balanced": ("Cut both the bytes and the instructions: fuse it with its neighbours, load narrower types (fewer "
+                 "bytes, and tl.dot on bf16/fp16 runs on the matrix cores), reuse tiles from LDS or L2 (a larger "
+                 "BLOCK_M/BLOCK_N); relieving only compute or only memory leaves the other as near its peak.",
+                 "Cut both the bytes and the instructions: fuse it with its neighbours, use narrower types (fewer "
+                 "bytes, and a faster pipe: the matrix cores through MFMA or a library GEMM), reuse data from LDS or "
+                 "L2, remove redundant instructions; relieving only compute or only memory leaves the other as near "
+                 "its peak."),
     "compute": ("Use a faster pipe: tl.dot on bf16/fp16 inputs runs on the matrix cores (MFMA; matrix_instr_nonkdim "
                 "picks the instruction); remove redundant instructions.",
                 "Use a faster pipe (the matrix cores through MFMA builtins or a library GEMM such as hipBLASLt or "
@@ -108,7 +124,9 @@ def next_step(facts: KernelFacts, topic: str, plugin_knobs: str = "", limiter: s
     plugin's own parameters named where the kernel is one); for occupancy, the knob of the binding ``limiter``."""
     origin, amd = facts.origin, facts.vocab.amd
     if origin.library:
-        return call_advice(origin, topic, amd)
+        # A library's memory advice (fuse, a narrower dtype, batch) cuts bytes and instructions alike: a balanced
+        # kernel's call gets it.
+        return call_advice(origin, "memory" if topic == "balanced" else topic, amd)
     limiters = AMD_LIMITER_KNOBS if amd else LIMITER_KNOBS
     if topic == "occupancy" and limiter in limiters:
         triton, cuda = limiters[limiter]

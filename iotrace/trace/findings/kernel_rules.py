@@ -109,7 +109,7 @@ def _bound(facts: KernelFacts) -> list[Finding]:
     lacking = roof.flops_lacking
     if lacking:
         text += f" Not counted: {lacking}."
-    topic = {"memory": "memory", "compute": "compute", "latency": "latency", "balanced": "memory"}[roof.bound]
+    topic = roof.bound  # "memory", "compute", "latency" or "balanced": each has its own advice
     try_next = next_step(facts, topic, ", ".join(sorted(facts.plugin_params)))
     on_tensor = "tensor" in (roof.precision or "") or "tensor" in roof.flops_lacking
     if roof.bound == "compute" and on_tensor and not facts.origin.library:
