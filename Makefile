@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+NCU_REPORT_OLD := $(VENV)/ncu-report-2025.3/.installed
 
 .PHONY: tour test test-fast setup system-deps engines notes docs clean
 
@@ -15,7 +16,7 @@ tour: $(STAMP)
 # 19 min 47 s in a clean clone on two quiet cores, venv and engine builds included (`CI=true bash .ci/run`, issue 45:
 # the suite 15 min 32 s, 1,803 s of tests summed over the two workers); where it goes: docs/contributing/index.md.
 PYTEST_PARALLEL ?= -n auto --dist loadgroup
-test: $(STAMP) system-deps engines
+test: $(STAMP) $(NCU_REPORT_OLD) system-deps engines
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=25 --durations-file .pytest-durations.json
 	$(BIN)/python -m pytest -q -p no:xdist tests/test_suite_budget.py
@@ -27,6 +28,12 @@ test-fast: $(STAMP) system-deps
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow"
 
 setup: $(STAMP)
+
+# The ncu_report module Nsight Compute 2025.3 ships (what a GPU machine's own ncu has: no IAction.sections()), beside the
+# venv's current one: tests/test_ncu_report_versions.py reads the corpus through it in a child process.
+$(NCU_REPORT_OLD): $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(VENV)/ncu-report-2025.3 ncu-report==2025.3.1
+	touch $@
 
 # System packages the tests use: g++ (the cuda_occupancy.h harness) and Debian's chromium (the HTML report in a real
 # browser, kaleido's PNG export). Installed with apt where this runs as root (these machines, CI); elsewhere, or with

@@ -53,7 +53,8 @@ def test_every_strategy_reaches_the_known_best_with_the_whole_space(strategy: st
     assert result.mode == "replay" and result.best is not None
     assert result.best.measured_us == sweep.best_us
     assert result.best.verified is not False, "a config the sweep marks wrong was chosen"
-    assert "rejected for wrong output" in result.why
+    if any(row.verified is False for row in sweep.rows):  # a synthesised sweep plants one; a measured one may have none
+        assert "rejected for wrong output" in result.why
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)

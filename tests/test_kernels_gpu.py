@@ -95,6 +95,10 @@ def test_draft_verify_on_gpu(preset: str) -> None:
     assert result.mode == "gpu" and result.check.correct, result.check.where
 
 
+#: Cosine floors per key scheme, a little under the exact-arithmetic figures in the test below.
+_INT8_COSINE_FLOOR = {0: 0.995, 1: 0.999, 2: 0.9999, 3: 0.9999}
+
+
 @pytest.mark.parametrize("preset", ["llama-3-8b-ctx32k-b1", "llama-3-8b-ctx8k-b32-paged"])
 @pytest.mark.parametrize("key_scales", [0, 1, 2, 3])
 def test_int8_decode_on_gpu(preset: str, key_scales: int) -> None:
@@ -105,4 +109,8 @@ def test_int8_decode_on_gpu(preset: str, key_scales: int) -> None:
     spec = Int8DecodeSpec()
     result = run(KernelCall.make(spec, {**spec.presets[preset], "key_scales": key_scales}, "bf16", _card()))
     assert result.mode == "gpu" and result.check.correct, result.check.where
-    assert result.check.quality["cosine"] > 0.999
+    # Against fp32 attention over the unquantised cache, each scheme is held to what its arithmetic allows: on these
+    # keys (four channels 20x the rest) per-token scales (0) reach cosine 0.99602 even in exact arithmetic (the
+    # dequantised reference, llama-3-8b-ctx32k-b1), per channel (1) 0.99963, the kept-channel schemes 0.99997; the
+    # H200 run of 2026-12-04 failed scheme 0 against a flat 0.999 that only the reference's own figure can settle.
+    assert result.check.quality["cosine"] > _INT8_COSINE_FLOOR[key_scales], result.check.quality

@@ -288,7 +288,8 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
         for a in range(rng.num_actions()):
             action = rng.action_by_idx(a)
             kid = len(kernels)
-            sections.update(str(s.identifier()) for s in action.sections())
+            if listed := _section_ids(action):
+                sections.update(listed)
             launch_not_finite: set[str] = set()
             counters = 0
             row: dict[str, Any] = {"id": kid, "name": action.name(ncu_report.IAction.NameBase_DEMANGLED),
@@ -346,14 +347,19 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
                 meta["notes"].append(rules_note(path, kid, problem))
             _source_samples(path, action, kid, samples, None if sass is None else sass[kid] if kid < len(sass) else {})
     meta["sections"] = sorted(sections)
+    if not hasattr(ncu_report.IAction, "sections"):
+        meta["notes"].append(f"{NO_SECTIONS} ({Path(ncu_report.__file__).parent}): the sections captured are not "
+                             "listed; the metrics and rule results are read in full (pip install 'iotrace[nsight]' "
+                             "for the current module)")
     if not_profiled:
         meta["not_profiled"] = not_profiled
         meta["notes"].append(not_profiled_note(kernels, not_profiled))
     if not rules and not rules_damaged:
         # Rules run per section at capture time: an empty list means they did not run, not that they found nothing.
         version = (meta.get("version") or "version not stated").replace("(", "").replace(")", "")
-        meta["notes"].append(f"{NO_RULES} (Nsight Compute {version}; sections captured: "
-                             f"{', '.join(sorted(sections)) or 'none'}): its guided analysis is absent, not clean")
+        listed = ", ".join(sorted(sections)) or ("none" if hasattr(ncu_report.IAction, "sections") else "not listed")
+        meta["notes"].append(f"{NO_RULES} (Nsight Compute {version}; sections captured: {listed}): its guided "
+                             "analysis is absent, not clean")
     if not_finite:
         meta["notes"].append("non-finite values left out of metrics (ncu's 'unlimited'): "
                              + ", ".join(sorted(not_finite)))
@@ -366,6 +372,17 @@ def _read(path: Path, context: Any, ncu_report: Any, meta: dict[str, Any],
              for k, v in d.items()} for d in devices.values()]
     return build(path, kernels=kernel_frame, metrics=metrics, devices=with_cards(rows, notes=meta["notes"]),
                  source_samples=samples, rules=rules, meta=meta)
+
+
+#: How the note begins when the ncu_report module cannot list a launch's sections: ``IAction.sections()`` is absent
+#: from ncu_report 2025.3.1 (PyPI, and Nsight Compute 2025.3.1's extras/python) and present in 2026.2.0.
+NO_SECTIONS = "this ncu_report module has no IAction.sections()"
+
+
+def _section_ids(action: Any) -> list[str]:
+    """The identifiers of the sections captured for one launch ([] where the module cannot list them)."""
+    listing = getattr(action, "sections", None)
+    return [str(s.identifier()) for s in listing()] if listing is not None else []
 
 
 #: How the note for a report without rule results begins (:func:`iotrace.trace.reports.ncu_rules.rules_status`).
