@@ -19,6 +19,7 @@ from iotrace.trace import load
 from iotrace.trace.findings.timeline_rules import GAP_NS, LAUNCH_BOUND_RUN, UTIL_CHUNKS, UTIL_PCT
 from iotrace.trace.reports.report import Report, build_report
 from tests.conftest import CORPUS, cli_in_process, merge_spans, write_kineto
+from tests.test_findings_ranking import SYNC_NAMES, idle_after, sqlite_busy
 
 ALEXNET = "kineto/a100_pg509_alexnet_kineto_trace.json.gz"
 RTX4090 = "nsys/rtx4090_sumarray_pageable_zerocopy_nsys2023.3.sqlite"
@@ -211,19 +212,28 @@ def _sqlite_calls(path: Path) -> list[tuple[str, int]]:
     return [(name.split("_v")[0] if "_v" in name else name, dur) for name, dur in rows]
 
 
-SYNC_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
-              "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuStreamWaitEvent")
+def _sqlite_call_times(path: Path) -> list[tuple[str, int, int]]:
+    """(name, start, end) of every runtime call of an nsys export, names without CUPTI's _vNNNN suffix."""
+    with sqlite3.connect(path) as db:
+        rows = db.execute("select s.value, r.start, r.end from CUPTI_ACTIVITY_KIND_RUNTIME r join StringIds s "
+                          "on s.id = r.nameId").fetchall()
+    return [(name.split("_v")[0] if "_v" in name else name, a, b) for name, a, b in rows]
 
 
 def test_sync_rules_match_the_runtime_calls_read_with_sqlite(corpus: Path) -> None:
+    """Counts and host time from the export's runtime calls; the gain is the GPU idle the calls leave, not their
+    host time (tests/test_findings_ranking.py checks it against sqlite on CloverLeaf and the GTX 1650 run)."""
     calls = _sqlite_calls(corpus / CLOVERLEAF)
     sync = [d for n, d in calls if n in SYNC_NAMES]
     [finding] = [f for f in _report(CLOVERLEAF).findings if f.rule == "sync-api"]
     assert finding.evidence[0].value == len(sync) == 1312  # cudaDeviceSynchronize after every kernel
-    assert finding.gain.ns == pytest.approx(sum(sync))
-    memcpy = [d for n, d in _sqlite_calls(corpus / RTX4090) if n.startswith("cudaMemcpy") and "Async" not in n]
+    assert finding.evidence[1].value == round(sum(sync) / 1e6, 3) and 0 < finding.gain.ns < sum(sync)
+    path = corpus / RTX4090
+    memcpy = [(a, b) for n, a, b in _sqlite_call_times(path) if n.startswith("cudaMemcpy") and "Async" not in n]
     [copies] = [f for f in _report(RTX4090).findings if f.rule == "sync-memcpy"]
-    assert copies.evidence[0].value == len(memcpy) and copies.gain.ns == pytest.approx(sum(memcpy))
+    assert copies.evidence[0].value == len(memcpy)
+    assert copies.evidence[1].value == round(sum(b - a for a, b in memcpy) / 1e6, 3)
+    assert copies.gain.ns == pytest.approx(idle_after(sqlite_busy(path), memcpy))
     # The TensorRT run copies with cudaMemcpyAsync only: no synchronous-memcpy finding.
     assert not [n for n, _ in _sqlite_calls(corpus / TRT) if n.startswith("cudaMemcpy") and "Async" not in n]
     assert "sync-memcpy" not in [f.rule for f in _report(TRT).findings]

@@ -18,14 +18,15 @@ import numpy as np
 import pandas as pd
 
 from iotrace.trace.findings.rule import Rule
+from iotrace.trace.reports.origin import is_communication
 from iotrace.trace.reports.records import Evidence, Finding, Gain
 from iotrace.trace.reports.step_report import INFERENCE_OVERLAP
-from iotrace.trace.reports.time_split import union_ns
+from iotrace.trace.reports.time_split import merge, union_ns
 from iotrace.trace.reports.timeline import MEMCPY_SHARE, Timeline
 from iotrace.trace.reports.vendor import Vocabulary, vocabulary_of
 from iotrace.trace.tables import TraceTables
 
-__all__ = ["GAP_NS", "LAUNCH_BOUND_RUN", "TIMELINE_RULES", "UTIL_CHUNKS", "UTIL_PCT", "TimelineFacts"]
+__all__ = ["GAP_NS", "LAUNCH_BOUND_RUN", "TIMELINE_RULES", "UTIL_CHUNKS", "UTIL_PCT", "TimelineFacts", "idle_left"]
 
 NSYS_RULES = "Nsight Systems User Guide, 'Expert Systems Analysis'"
 #: ``gpu_gaps``: "gap" argument, default 500 ms.
@@ -37,8 +38,8 @@ UTIL_PCT, UTIL_CHUNKS = 50.0, 30
 LAUNCH_BOUND_RUN = 3
 #: Exposed communication (NCCL time no compute kernel hides) flagged from this share of the span (iotrace's cut-off).
 EXPOSED_SHARE = 0.05
-#: Synchronous calls and pageable copies are findings from this share of the span: nsys lists every one, but a few
-#: microseconds of a long trace are noise beside the other findings (iotrace's cut-off).
+#: Pageable copies, and the GPU idle synchronous calls leave, are findings from this share of the span: nsys lists
+#: every call, but a few microseconds of a long trace are noise beside the other findings (iotrace's cut-off).
 CALL_FLOOR = 0.01
 
 
@@ -219,6 +220,36 @@ PAGEABLE = Rule("pageable-memcpy", "timeline", "asynchronous memcpys whose host 
                 requires=_needs_memory_kinds)
 
 
+def _gpu_busy(facts: TimelineFacts) -> tuple[np.ndarray, np.ndarray]:
+    """Every device's GPU operations as one set of disjoint sorted busy intervals: the GPU is idle where none runs."""
+    runs = list(facts.busy.values())
+    if not runs:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return merge(np.concatenate([s for s, _ in runs]).astype(np.int64),
+                 np.concatenate([e for _, e in runs]).astype(np.int64))
+
+
+def idle_left(busy: tuple[np.ndarray, np.ndarray], starts: np.ndarray, ends: np.ndarray) -> float:
+    """The GPU idle that blocking host calls [starts, ends) leave, in ns, each instant counted once. A call that
+    returns while the GPU is idle leaves it idle from the later of the call's start and the end of the GPU work it
+    waited for, to the next GPU operation's start, at most the call's own duration: the host work between the call's
+    return and that operation could have been done while the call waited. A call returning on a busy GPU, before the
+    first GPU operation or after the last one leaves none (the wait itself is GPU time, which the call cannot save)."""
+    s, e = busy
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    if not len(s) or not len(ends):
+        return 0.0
+    before = np.searchsorted(s, ends, side="right") - 1  # the last busy run that started by the call's return
+    after = before + 1
+    ok = (before >= 0) & (after < len(s))
+    ok[ok] &= e[before[ok]] <= ends[ok]  # the GPU is idle when the call returns
+    if not ok.any():
+        return 0.0
+    gap_start = np.maximum(starts[ok], e[before[ok]])
+    length = np.minimum(s[after[ok]] - gap_start, ends[ok] - starts[ok]).clip(min=0)
+    return float(union_ns(gap_start, gap_start + length))
+
+
 def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str, amd_advice: str = ""):
     def check(facts: TimelineFacts) -> list[Finding]:
         calls = facts.tables.api_calls
@@ -227,25 +258,41 @@ def _sync_calls(kind: str, rule_id: str, nsys: str, advice: str, amd_advice: str
         mine = calls[calls["kind"] == kind]
         if kind in ("memcpy", "memset"):
             mine = mine[~mine["name"].astype(str).str.contains("Async")]
+        mine = mine.dropna(subset=["start_ns", "end_ns"])
         if mine.empty:
             return []
         total = float(mine["duration_ns"].sum())
-        if facts.span_ns and total / facts.span_ns < CALL_FLOOR:
+        busy = _gpu_busy(facts)
+        if len(busy[0]):
+            # A blocking call waits for GPU work: that wait is GPU time, not time the call costs. What it costs is
+            # the GPU idle it leaves, which the host work after it could have covered (had it been issued during it).
+            saved = idle_left(busy, mine["start_ns"].to_numpy(dtype=np.int64),
+                              mine["end_ns"].to_numpy(dtype=np.int64))
+            reasoning = ("the GPU idle each call leaves, from the end of the work it waited for to the host's next "
+                         "GPU operation, at most the call's own time: the host work after it could have been issued "
+                         "during it; the wait itself is GPU time the call cannot save")
+        else:  # no GPU operation in the trace to tell idle from busy: the host's wait is all that bounds it
+            saved, reasoning = total, ("the trace records no GPU operation: the host's wait in the calls is the "
+                                       "most that overlapping it can save")
+        if facts.span_ns and saved / facts.span_ns < CALL_FLOOR:
             return []
         names = ", ".join(f"{n} ×{c}" for n, c in mine["name"].value_counts().head(3).items())
         what = {"memcpy": "synchronous memcpy", "memset": "synchronous memset", "sync": "synchronization"}[kind]
-        return [Finding("timeline", f"{len(mine)} {what} call{'s' * (len(mine) != 1)} ({names}) held the host "
-                                    f"{total / 1e6:.3f} ms in all.",
-                        (Evidence(f"{what} calls", len(mine), facts.nsys(nsys, f"nsys {nsys} rule ({NSYS_RULES})")),
-                         Evidence("host time in them", round(total / 1e6, 3), "", "ms")),
-                        (amd_advice or advice) if facts.vocab.amd else advice, "measured", rule=rule_id,
-                        gain=facts.gain(total, "the host waits the calls' whole duration; overlapping that wait "
-                                               "with work saves at most it"))]
+        text = f"{len(mine)} {what} call{'s' * (len(mine) != 1)} ({names}) held the host {total / 1e6:.3f} ms in all"
+        evidence = [Evidence(f"{what} calls", len(mine), facts.nsys(nsys, f"nsys {nsys} rule ({NSYS_RULES})")),
+                    Evidence("host time in them", round(total / 1e6, 3), "", "ms")]
+        if len(busy[0]):
+            text += (f" and left the GPU idle {saved / 1e6:.3f} ms after them, until the host issued its next GPU "
+                     "work")
+            evidence.append(Evidence("GPU idle they leave", round(saved / 1e6, 3),
+                                     f">= {CALL_FLOOR:.0%} of the span; at most each call's own time", "ms"))
+        return [Finding("timeline", text + ".", tuple(evidence), (amd_advice or advice) if facts.vocab.amd else advice,
+                        "measured", rule=rule_id, gain=facts.gain(saved, reasoning))]
     return check
 
 
-SYNC_MEMCPY = Rule("sync-memcpy", "timeline", f"synchronous (non-Async) memcpy calls holding the host >= "
-                   f"{CALL_FLOOR:.0%} of the span", f"nsys cuda_memcpy_sync rule "
+SYNC_MEMCPY = Rule("sync-memcpy", "timeline", "synchronous (non-Async) memcpy calls leaving the GPU idle after "
+                   f"them >= {CALL_FLOOR:.0%} of the span", f"nsys cuda_memcpy_sync rule "
                    f"({NSYS_RULES})", _sync_calls("memcpy", "sync-memcpy", "cuda_memcpy_sync",
                                                   "Use cudaMemcpyAsync on a stream with pinned host memory (PyTorch: "
                                                   ".to(device, non_blocking=True) from pinned tensors), so the host "
@@ -256,14 +303,14 @@ SYNC_MEMCPY = Rule("sync-memcpy", "timeline", f"synchronous (non-Async) memcpy c
                                                   "from pinned tensors), so the host does not wait for the copy."),
                    scope="timeline",
                    requires=_needs_calls)
-SYNC_MEMSET = Rule("sync-memset", "timeline", f"synchronous (non-Async) memset calls holding the host >= "
-                   f"{CALL_FLOOR:.0%} of the span", f"nsys cuda_memset_sync rule "
+SYNC_MEMSET = Rule("sync-memset", "timeline", "synchronous (non-Async) memset calls leaving the GPU idle after "
+                   f"them >= {CALL_FLOOR:.0%} of the span", f"nsys cuda_memset_sync rule "
                    f"({NSYS_RULES})", _sync_calls("memset", "sync-memset", "cuda_memset_sync",
                                                   "Use cudaMemsetAsync on the work's stream.",
                                                   "Use hipMemsetAsync on the work's stream."), scope="timeline",
                    requires=_needs_calls)
 SYNC_API = Rule("sync-api", "timeline", "calls that block the host until the GPU finishes (device, stream or event "
-                f"synchronize, stream wait), >= {CALL_FLOOR:.0%} of the span",
+                f"synchronize, stream wait) leaving the GPU idle after them >= {CALL_FLOOR:.0%} of the span",
                 f"nsys cuda_api_sync rule ({NSYS_RULES})",
                 _sync_calls("sync", "sync-api", "cuda_api_sync",
                             "Synchronise only where the host needs a result (in PyTorch, .item(), .cpu() and "
@@ -381,12 +428,19 @@ def _top_kernel(facts: TimelineFacts) -> list[Finding]:
         return []
     first = line.top_kernels.iloc[0]
     launches = int(first["launches"])
+    name = str(first["name"])
+    # Tuning a kernel saves at most its own time (Amdahl's law): that bounds this advice as every other finding's
+    # gain is bounded, so a kernel that is the whole workload ranks above the calls that only wait for it. A
+    # collective's time is mostly waiting on its peers: the exposed-communication finding bounds what overlap saves.
+    total = float(first["total_ns"])
+    gain = None if is_communication(name) or not total > 0 else facts.gain(
+        total, "tuning a kernel saves at most its own time (Amdahl's law); its profile says how much")
     return [Finding("timeline", f"The top kernel takes {float(first['share_pct']):.0f}% of kernel time "
-                                f"({launches} launch{'es' * (launches != 1)}).",
+                                f"({launches} launch{'es' * (launches != 1)}, {total / 1e6:.3f} ms).",
                     (Evidence("share", round(float(first["share_pct"]), 2), "", "%"),),
                     f"Profile this kernel with {_profile_with(facts.vocab)} first: it bounds what tuning anything else "
                     "can win.",
-                    "measured", None, str(first["name"]), "info", TOP_KERNEL.id)]
+                    "measured", None, name, "info", TOP_KERNEL.id, gain)]
 
 
 def _profile_with(v: Vocabulary) -> str:
