@@ -1,10 +1,14 @@
-"""What leads a report, tested on real corpus files against a computation here with ``sqlite3`` (never iotrace's
-parsers on the reference side): a blocking call is bounded by the GPU idle it leaves, not by the GPU work it waits for,
-so a kernel that is the whole workload ranks above the sync that waits for it (issue 46, item 3).
+"""What leads a report, tested on real corpus files against a computation here with ``sqlite3`` or ``json`` (never
+iotrace's parsers on the reference side): a blocking call is bounded by the GPU idle it leaves, not by the GPU work it
+waits for, so a kernel that is the whole workload ranks above the sync that waits for it (issue 46, item 3); many
+launches too short for more blocks to help are one finding, and the grid advice is kept for kernels long enough for it
+(item 4).
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import sqlite3
 from functools import cache
 from pathlib import Path
@@ -12,12 +16,16 @@ from pathlib import Path
 import pytest
 
 from iotrace.trace import load
+from iotrace.trace.findings.launch_rules import TINY_LAUNCH_NS
 from iotrace.trace.reports.records import Finding
 from iotrace.trace.reports.report import Report, build_report
 from tests.conftest import CORPUS, cli_in_process
 
 GTX1650 = "nsys/gtx1650_windows_matmul_pageable_memcpy_nsys2025.3.sqlite"
 CLOVERLEAF = "nsys/a100_sxm4_80gb_cloverleaf_nsys2024.5.sqlite"
+V100 = "kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz"
+UM_ADD = "nsys/rtx4060laptop_um_add_1block_nsys2023.4.sqlite"
+H100_1BLOCK = "ncu-rep/h100_stochastic_round_bf16_1block_full_ncu2024.3.ncu-rep"
 
 SYNC_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
               "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuStreamWaitEvent")
@@ -108,3 +116,62 @@ def test_a_sync_that_leaves_the_gpu_idle_stays_a_finding(corpus: Path) -> None:
     assert sync.gain.ns == pytest.approx(idle) and idle > 0.01 * sync.gain.of_ns  # >= 1% of the span: it fires
     assert sync.evidence[2].metric == "GPU idle they leave" and sync.evidence[2].value == round(idle / 1e6, 3)
     assert f"left the GPU idle {idle / 1e6:.3f} ms after them" in sync.text
+
+
+def _kineto_events(path: Path) -> list[dict]:
+    return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+
+
+def test_many_tiny_launches_are_one_finding_on_the_v100_trace(corpus: Path) -> None:
+    """The V100 training trace launched thousands of kernels of a few µs (scalar elementwise ops, reductions), each
+    told "Tiny grid: 1 block of 128 threads ... saves up to 100% of its time". More blocks cannot remove a launch's
+    cost; fusion or a CUDA graph can: one finding names them all, bounded by their time."""
+    events = _kineto_events(corpus / V100)
+    graph_runs = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime"
+                  and e["name"] in ("cudaGraphLaunch", "cuGraphLaunch")}
+    tiny = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel" and e["dur"] * 1000 < TINY_LAUNCH_NS
+            and e["args"].get("correlation") not in graph_runs and not e["name"].startswith("nccl")]
+    by_name: dict[str, float] = {}
+    for e in tiny:
+        by_name[e["name"]] = by_name.get(e["name"], 0.0) + e["dur"] * 1000
+    [finding] = _rule(V100, "tiny-launches")
+    assert finding.evidence[0].value == len(tiny) == 2502
+    assert finding.gain.ns == pytest.approx(sum(by_name.values()))
+    assert finding.text.startswith("2502 launches under 10 µs each (13.536 ms of kernel time in all, 19 kernel "
+                                   "functions): fuse them or capture a CUDA graph. Most time: "
+                                   "vectorized_elementwise_kernel ×1782 (9.008 ms);")
+    assert "more blocks per launch cannot help" in finding.try_next
+    # No grid finding is left on a row whose launches are that short; the rows above it keep theirs.
+    report = _report(V100)
+    rows = {k.kernel_id: k for k in report.every_row}
+    grids = _rule(V100, "small-grid")
+    assert grids and all(rows[f.kernel_id].total_ns / rows[f.kernel_id].launches >= TINY_LAUNCH_NS for f in grids)
+    # The report's words: one line for the tiny launches where its top 50 had 15 tiny-grid findings (of 201); the
+    # 6 left are on rows whose launches average 10 µs or more.
+    code, out, _ = cli_in_process("report", str(corpus / V100))
+    top = out.split("Top findings", 1)[1].split("\nKernels", 1)[0]
+    assert code == 0 and top.count("launches under 10 µs each") == 1
+    assert top.count("Tiny grid:") == 6 and "(ranked by the time they can save; 50 of 93," in top
+    # The GTX 1650 run is one 9.9 ms kernel: nothing tiny there.
+    assert not _rule(GTX1650, "tiny-launches")
+
+
+def test_the_tiny_grid_advice_stays_where_more_blocks_help(corpus: Path) -> None:
+    """The RTX 4060 unified-memory add runs one block of 256 threads for 2.3 ms on a 24-SM GPU: more blocks would
+    help, and the finding says so. The H100 stochastic-rounding kernel also runs one block, but for 4 µs a launch:
+    its time is launch cost, and the grid finding is not drawn."""
+    path = corpus / UM_ADD
+    [(grid, block, duration)] = _sqlite(path, "select gridX * gridY * gridZ, blockX * blockY * blockZ, end - start "
+                                              "from CUPTI_ACTIVITY_KIND_KERNEL")
+    [(sms,)] = _sqlite(path, "select smCount from TARGET_INFO_GPU")
+    assert (grid, block, sms) == (1, 256, 24) and duration >= TINY_LAUNCH_NS
+    [small] = _rule(UM_ADD, "small-grid")
+    kernel = next(k for k in _report(UM_ADD).every_row if k.kernel_id == small.kernel_id)
+    per_sm = kernel.occupancy.result.active_blocks_per_sm
+    assert small.text.startswith("Tiny grid: 1 block of 256 threads on a 24-SM GPU (256 threads in all)")
+    assert small.gain.fraction == pytest.approx(1 - 1 / (24 * per_sm)) and small.gain.of_ns == pytest.approx(duration)
+    assert "Launch more blocks" in small.try_next
+    one_block = _report(H100_1BLOCK)
+    assert one_block.kernels and all(k.total_ns / k.launches < TINY_LAUNCH_NS for k in one_block.kernels)
+    assert not [f for f in one_block.findings if f.rule == "small-grid"]
+    assert not any(f.try_next.startswith("The grid cannot fill the GPU") for f in one_block.findings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from iotrace.trace.findings.advice import next_step
 from iotrace.trace.findings.facts import KernelFacts
+from iotrace.trace.findings.launch_rules import mostly_launch_cost
 from iotrace.trace.findings.rule import Rule, finding
 from iotrace.trace.reports.ncu_rules import bound_verdict
 from iotrace.trace.reports.occupancy import ACHIEVED_GAP_PCT
@@ -123,7 +124,7 @@ def _bound(facts: KernelFacts) -> list[Finding]:
         info, share = lead
         try_next = f"{info.label} leads the warp stalls ({share:.0%}): {info.knob}"
     if roof.bound == "latency" and facts.blocks is not None and facts.sms and facts.blocks < facts.sms \
-            and not facts.origin.communication:  # a collective's small grid is by design (no small-grid finding)
+            and not facts.origin.communication and not mostly_launch_cost(facts):  # where small-grid fires
         try_next = "The grid cannot fill the GPU (see the small-grid finding). " + try_next
     stored = bound_verdict(list(facts.stored))
     if stored is not None and stored != roof.bound:

@@ -19,10 +19,16 @@ from iotrace.trace.reports.origin import classify, is_communication, older_build
 from iotrace.trace.reports.records import Evidence, Finding
 from iotrace.trace.reports.vendor import NVIDIA, Vocabulary
 
-__all__ = ["FILE_RULES", "LAUNCH_RULES", "TAIL_SHARE", "TINY_BLOCKS", "FileFacts"]
+__all__ = ["FILE_RULES", "LAUNCH_RULES", "TAIL_SHARE", "TINY_BLOCKS", "TINY_LAUNCH_NS", "FileFacts", "function_name",
+           "mostly_launch_cost"]
 
 #: A grid of this many blocks or fewer, or of one warp in all, is called tiny: it uses a sliver of any GPU.
 TINY_BLOCKS = 4
+#: A launch shorter than this is mostly the fixed cost of launching: NVIDIA's "Getting Started with CUDA Graphs"
+#: (NVIDIA Technical Blog, 2019, https://developer.nvidia.com/blog/cuda-graphs/) times a 2.9 µs kernel at 9.6 µs per
+#: launch when each is waited for, 3.8 µs back to back and 3.4 µs in a graph. Under 10 µs more blocks cannot take
+#: much off a launch; fusing launches or a CUDA graph can.
+TINY_LAUNCH_NS = 10_000
 #: A partial last wave is flagged when it can waste this share of the time or more: Nsight Compute's
 #: LaunchConfiguration rule flags a tail effect from `potential_tail_effect >= 0.2` (sections/LaunchStatistics.py).
 TAIL_SHARE = 0.2
@@ -52,10 +58,21 @@ def _wave(facts: KernelFacts) -> tuple[float, str, str] | None:
             f"{v.sm})", "modelled")
 
 
+def mostly_launch_cost(facts: KernelFacts) -> bool:
+    """True where the row's launches average under :data:`TINY_LAUNCH_NS`: their time is mostly the fixed cost of a
+    launch, which more blocks do not shorten (the timeline's tiny-launches finding names them); False where the file
+    has no durations."""
+    if facts.total_ns is None or not facts.launches:
+        return False
+    return facts.total_ns / facts.launches < TINY_LAUNCH_NS
+
+
 def _small_grid(facts: KernelFacts) -> list[Finding]:
     blocks, sms = facts.blocks, facts.sms
     if blocks is None or not sms or blocks >= sms or facts.origin.communication:
         return []  # a collective launches a few blocks (NCCL one per channel) by design: its findings are overlap
+    if mostly_launch_cost(facts):
+        return []  # a launch of a few µs is its launch cost: more blocks cannot remove that, fusion or a graph can
     per_sm = facts.blocks_per_sm or 1
     threads = facts.threads_per_block
     tiny = blocks <= TINY_BLOCKS or (threads is not None and blocks * threads <= 32)
@@ -94,7 +111,9 @@ def _small_grid_amd(facts: KernelFacts, workgroups: int, cus: int, per_cu: int, 
                             "the idle share of the GPU, if the work spread over every slot")
 
 
-SMALL_GRID = Rule("small-grid", "launch", "blocks in the grid < the device's SM count", LAUNCH_RULE, _small_grid)
+SMALL_GRID = Rule("small-grid", "launch", "blocks in the grid < the device's SM count, launches averaging "
+                  f"{TINY_LAUNCH_NS / 1e3:g} µs or more",
+                  f"{LAUNCH_RULE}; the launch floor: NVIDIA, 'Getting Started with CUDA Graphs'", _small_grid)
 
 
 def _tail(facts: KernelFacts) -> list[Finding]:
@@ -158,7 +177,7 @@ class FileFacts:
 _SIGNATURE = re.compile(r"^(?:void\s+)?([^(<]*)")
 
 
-def _function(name: str) -> str:
+def function_name(name: str) -> str:
     """The function's name without return type, namespaces, template arguments or parameters (what ncu's default
     ``--kernel-name-base function`` filters on): ``void ns::gemm<128>(float *)`` -> ``gemm``."""
     match = _SIGNATURE.match(name.strip())
@@ -168,10 +187,10 @@ def _function(name: str) -> str:
 def _collect_again(groups: pd.DataFrame, kid: int, name: str) -> str:
     """The ncu command that profiles launch ``kid`` alone: its function name as a regex and, to skip to it, how many
     launches before it in the file that regex matches (a capture that skipped or filtered launches counts more)."""
-    function = _function(name)
+    function = function_name(name)
     pattern = re.compile(re.escape(function))
     before = sum(1 for n, ids in zip(groups["name"], groups["launch_ids"], strict=True)
-                 if pattern.search(_function(str(n))) for i in ids if i < kid)
+                 if pattern.search(function_name(str(n))) for i in ids if i < kid)
     return f"ncu --set full -k regex:{re.escape(function)} --launch-skip {before} --launch-count 1 -o FILE APP [ARGS]"
 
 
@@ -185,7 +204,7 @@ def _not_profiled(facts: FileFacts) -> list[Finding]:
     ids = sorted(i for ids in failed["launch_ids"] for i in ids)
     them = "them" if len(ids) != 1 else "it"
     names = ", ".join(f"#{i}" for i in ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
-    kernels = "; ".join(sorted({_function(str(n)) for n in failed["name"]}))
+    kernels = "; ".join(sorted({function_name(str(n)) for n in failed["name"]}))
     command = facts.meta.get("command")
     ran = f"the capture ran `{command}`" if command else "the file does not store the capture's command"
     results, errors = facts.rules_left_out

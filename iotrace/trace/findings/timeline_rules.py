@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from iotrace.trace.findings.launch_rules import TINY_LAUNCH_NS, function_name
 from iotrace.trace.findings.rule import Rule
 from iotrace.trace.reports.origin import is_communication
 from iotrace.trace.reports.records import Evidence, Finding, Gain
 from iotrace.trace.reports.step_report import INFERENCE_OVERLAP
-from iotrace.trace.reports.time_split import merge, union_ns
+from iotrace.trace.reports.time_split import comm_mask, merge, union_ns
 from iotrace.trace.reports.timeline import MEMCPY_SHARE, Timeline
 from iotrace.trace.reports.vendor import Vocabulary, vocabulary_of
 from iotrace.trace.tables import TraceTables
@@ -29,6 +30,7 @@ from iotrace.trace.tables import TraceTables
 __all__ = ["GAP_NS", "LAUNCH_BOUND_RUN", "TIMELINE_RULES", "UTIL_CHUNKS", "UTIL_PCT", "TimelineFacts", "idle_left"]
 
 NSYS_RULES = "Nsight Systems User Guide, 'Expert Systems Analysis'"
+CUDA_GRAPHS_BLOG = "NVIDIA Technical Blog, 'Getting Started with CUDA Graphs'"
 #: ``gpu_gaps``: "gap" argument, default 500 ms.
 GAP_NS = 500_000_000
 #: ``gpu_time_util``: "threshold" 50% and "chunks" 30, the defaults.
@@ -41,6 +43,9 @@ EXPOSED_SHARE = 0.05
 #: Pageable copies, and the GPU idle synchronous calls leave, are findings from this share of the span: nsys lists
 #: every call, but a few microseconds of a long trace are noise beside the other findings (iotrace's cut-off).
 CALL_FLOOR = 0.01
+#: The tiny-launches finding names the kernels with the most time among them, this many (iotrace's choice: the first
+#: few say where to start; the evidence counts them all).
+TINY_NAMED = 3
 
 
 @dataclass(frozen=True)
@@ -375,6 +380,45 @@ LAUNCH_BOUND = Rule("launch-bound", "timeline", f"{LAUNCH_BOUND_RUN} or more con
                     requires=_needs_launch_times)
 
 
+def _tiny_launches(facts: TimelineFacts) -> list[Finding]:
+    kernels = facts.tables.kernels
+    if kernels.empty or facts.capturing:
+        return []  # while graphs are captured the launches are the capture, not overhead a graph would remove
+    duration = kernels["duration_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    # One launch per row, not run by a CUDA graph (its launches are already one), not a collective (its launch is
+    # the protocol's, not fusable): the launches a fusion or a graph would merge.
+    mine = kernels[(duration < TINY_LAUNCH_NS) & (kernels["launches"].to_numpy() == 1)
+                   & kernels["graph_launch_id"].isna().to_numpy() & ~comm_mask(kernels["name"]).to_numpy()]
+    if len(mine) < LAUNCH_BOUND_RUN:
+        return []
+    total = float(mine["duration_ns"].sum())
+    by_function = (mine.assign(function=mine["name"].astype(str).map(function_name))
+                   .groupby("function", sort=False)["duration_ns"].agg(["count", "sum"])
+                   .sort_values("sum", ascending=False, kind="stable"))
+    top = "; ".join(f"{name} ×{int(row['count'])} ({row['sum'] / 1e6:.3f} ms)"
+                    for name, row in by_function.head(TINY_NAMED).iterrows())
+    more = len(by_function) - TINY_NAMED
+    limit = f"{TINY_LAUNCH_NS / 1e3:g} µs"
+    v, functions = facts.vocab, len(by_function)
+    return [Finding("timeline", f"{len(mine)} launches under {limit} each ({total / 1e6:.3f} ms of kernel time in "
+                                f"all, {functions} kernel function{'s' * (functions != 1)}): fuse them or capture a "
+                                f"{v.graph}. Most time: {top}" + (f"; and {more} more." if more > 0 else "."),
+                    (Evidence("launches under " + limit, len(mine), f"< {limit} each: " + v.same_check(
+                        f"mostly launch cost ({CUDA_GRAPHS_BLOG})", f"NVIDIA's launch-cost timing ({CUDA_GRAPHS_BLOG})")
+                              + "; not in a graph, not communication"),
+                     Evidence("their time", round(total / 1e6, 3), "", "ms")),
+                    f"Fuse them (torch.compile fuses elementwise and reduction kernels into one) or capture the "
+                    f"sequence as a {v.graph} ({v.graph_how}), so one launch replaces many; more "
+                    f"{v.block}s per launch cannot help a launch this short.", "measured", rule=TINY_LAUNCHES.id,
+                    gain=facts.gain(total, "fusing or capturing them saves at most their own time"))]
+
+
+TINY_LAUNCHES = Rule("tiny-launches", "timeline", f"{LAUNCH_BOUND_RUN} or more launches under {TINY_LAUNCH_NS / 1e3:g} "
+                     "µs each, outside CUDA graphs, not communication: one finding for all of them",
+                     f"{CUDA_GRAPHS_BLOG} (a few µs of every launch are not the kernel's work)", _tiny_launches,
+                     scope="timeline")
+
+
 def _exposed(facts: TimelineFacts) -> list[Finding]:
     split = facts.line.split
     if split is None:
@@ -452,4 +496,4 @@ TOP_KERNEL = Rule("top-kernel", "timeline", "always: the kernel with the most GP
                   "what tuning anything else can win", _top_kernel, scope="timeline")
 
 TIMELINE_RULES: tuple[Rule, ...] = (GPU_GAPS, GPU_UTIL, PAGEABLE, SYNC_MEMCPY, SYNC_MEMSET, SYNC_API,
-                                    LAUNCH_BOUND, EXPOSED, COPY_SHARE, TOP_KERNEL)
+                                    LAUNCH_BOUND, TINY_LAUNCHES, EXPOSED, COPY_SHARE, TOP_KERNEL)
