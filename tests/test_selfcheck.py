@@ -60,7 +60,9 @@ def test_cpu_selfcheck_checks_every_kernel(cpu_run) -> None:
 def test_cpu_selfcheck_writes_a_markdown_table(cpu_run) -> None:
     _, out = cpu_run
     text = (out / "results.md").read_text()
-    assert text.startswith("# iotrace self-check — NVIDIA H100") and "Overall: ok" in text
+    # A CPU run names the card whose sizes it assumed, not a GPU it never saw.
+    assert text.startswith("# iotrace self-check — no GPU: sizes of h100-sxm (NVIDIA H100 80GB HBM3) assumed (cpu, "
+                           "quick)") and "Overall: ok" in text
     for number, name in enumerate(STEPS, 1):
         assert f"## {number}. {name} —" in text
     header = next(line for line in text.splitlines() if line.startswith("| kernel | preset |"))
@@ -71,11 +73,47 @@ def test_cpu_selfcheck_writes_a_markdown_table(cpu_run) -> None:
     assert kernel_lines[0].split(" | ")[correct] == "True"
 
 
+@pytest.mark.parametrize(("mode", "title"), [
+    ("cpu", "iotrace self-check — no GPU: sizes of h100-sxm (NVIDIA H100 80GB HBM3) assumed (cpu, quick)"),
+    ("gpu", "iotrace self-check — NVIDIA H200 (gpu, quick)")])
+def test_the_titles_name_the_gpu_or_the_card_assumed(mode: str, title: str) -> None:
+    import io
+
+    from iotrace.render.console import make_console, print_selfcheck
+    from iotrace.selfcheck.markdown import render
+    from iotrace.selfcheck.record import SelfcheckResult
+
+    env = {"card": "h100-sxm", "card_name": "NVIDIA H100 80GB HBM3", **({"device": "NVIDIA H200"} if mode == "gpu"
+                                                                        else {})}
+    result = SelfcheckResult(mode, True, env, [])
+    assert render(result).splitlines()[0] == f"# {title}"
+    screen = make_console(file=io.StringIO(), record=True)
+    print_selfcheck(screen, result, Path("out"))
+    on = title.removeprefix("iotrace self-check — ").rsplit(" (", 1)[0]
+    # rich wraps a title to its table's width: compare the words
+    assert f"iotrace self-check ({mode}, quick) on {on}" in " ".join(screen.export_text().split())
+
+
 def test_selfcheck_bad_input(tmp_path: Path) -> None:
     done = run_cli("selfcheck", str(tmp_path), "--cpu", "--budget", "0")
     assert done.returncode == 2 and "--budget 0 s leaves no time" in done.stderr
     done = run_cli("selfcheck", str(tmp_path), env={"TRITON_INTERPRET": "1"})
     assert done.returncode == 2 and "no GPU is visible" in done.stderr and "--cpu" in done.stderr
+
+
+@pytest.mark.parametrize(("where", "says"), [("results", "exists and is not a folder"),
+                                             ("/proc/nope", "cannot be made (No such file or directory)"),
+                                             ("results/sub", "cannot be made (Not a directory)")],
+                         ids=["a-file", "under-proc", "under-a-file"])
+def test_an_out_that_cannot_be_a_folder_is_refused_before_any_step(where: str, says: str, tmp_path: Path) -> None:
+    """OUT that is a file, or a folder that cannot be made, is one line and exit 2 at once (it was a FileExistsError
+    or FileNotFoundError traceback)."""
+    (tmp_path / "results").write_text("a file, not a folder")
+    out = tmp_path / where  # an absolute `where` replaces tmp_path
+    done = run_cli("selfcheck", str(out), "--cpu", "--quick")
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.strip() == done.stderr.strip().splitlines()[0]  # one line
+    assert done.stderr.startswith(f"iotrace: error: OUT {out} {says} — give a folder"), done.stderr
 
 
 @pytest.mark.parametrize("mode", ["ok", "counters"])

@@ -305,7 +305,7 @@ def print_run(console: Console, result, card: Card) -> None:
 def print_selfcheck(console: Console, result, out) -> None:
     """The self-check's steps and, per kernel, the verdict and (on a GPU) the time and speedups."""
     steps = Table(title=f"iotrace self-check ({result.mode}{', quick' if result.quick else ''}) on "
-                        f"{escape(str(result.environment.get('device') or result.environment['card_name']))}")
+                        f"{escape(result.ran_on)}")
     for column in ("step", "status", "s", "why"):
         steps.add_column(column)
     for number, step in enumerate(result.steps, 1):

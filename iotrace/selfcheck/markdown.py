@@ -29,7 +29,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
 
 def render(result: SelfcheckResult) -> str:
     env = result.environment
-    lines = [f"# iotrace self-check — {env.get('device') or env['card_name']} ({result.mode}"
+    lines = [f"# iotrace self-check — {result.ran_on} ({result.mode}"
              f"{', quick' if result.quick else ''})", "",
              f"Overall: {'ok' if result.ok else '**FAILED**'} in {result.seconds:.0f} s.", "",
              "| what | value |", "|---|---|"]

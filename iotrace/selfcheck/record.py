@@ -41,6 +41,15 @@ class SelfcheckResult:
     def ok(self) -> bool:
         return all(step.status != "failed" for step in self.steps)
 
+    @property
+    def ran_on(self) -> str:
+        """What the run's titles name: the GPU it ran on, or on a CPU the card whose sizes it assumed (a CPU run
+        names no GPU it never saw)."""
+        env = self.environment
+        if self.mode == "gpu":
+            return str(env.get("device") or env["card_name"])
+        return f"no GPU: sizes of {env['card']} ({env['card_name']}) assumed"
+
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "quick": self.quick, "ok": self.ok, "seconds": round(self.seconds, 1),
                 "environment": self.environment, "steps": [asdict(step) for step in self.steps]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,11 +34,11 @@ def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None
 
     if budget_s <= 0:
         raise InvalidValueError(f"--budget {budget_s:g} s leaves no time", "give a positive number of seconds")
+    out_folder(out)
     gpu = not cpu
     if gpu and interpreting():
         raise InvalidValueError("no GPU is visible (torch.cuda sees none, or TRITON_INTERPRET=1 is set)",
                                 "run with --cpu for the CPU self-check, or on a machine with an NVIDIA GPU")
-    out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
 
     def out_of_time() -> bool:
@@ -85,6 +86,29 @@ def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None
                              time.perf_counter() - started)
     write(result, out)
     return result
+
+
+def out_folder(out: Path) -> Path:
+    """``out`` as a folder the results can go into: one that exists, or one made now (with its parents).
+
+    :raises InvalidValueError: ``out`` is a file (or anything not a folder), or cannot be made (no such parent that
+        can be written, a read-only place such as /proc), named with the reason, before any step runs.
+    """
+    if out.exists() and not out.is_dir():
+        raise InvalidValueError(f"OUT {out} exists and is not a folder",
+                                "give a folder for results.md and results.json (a new name is made)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidValueError(f"OUT {out} cannot be made ({exc.strerror or exc})",
+                                "give a folder that exists or can be created, e.g. ./selfcheck") from None
+    try:  # a folder that exists may still refuse files (/proc, a read-only mount): find out now, not at the end
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise InvalidValueError(f"OUT {out} cannot be written to ({exc.strerror or exc})",
+                                "give a folder you can write to") from None
+    return out
 
 
 def write(result: SelfcheckResult, out: Path) -> None:
