@@ -267,9 +267,25 @@ def test_a_damaged_rank_file_is_one_line_and_exit_2(rank_dir: Path, tmp_path: Pa
 
 
 def test_traces_without_distributed_info_are_compared_by_file(corpus: Path) -> None:
-    found = load_ranks([corpus / name for name in NO_RANK], workers=1)
+    found = load_ranks([corpus / name for name in NO_RANK], workers=1, assume_ranks=True)  # an A100's and an MI250's
     report = rank_report(found)
     assert report.labels == [Path(name).name for name in sorted(NO_RANK)]
     assert report.ranks_line().startswith("2 traces with no distributedInfo")
     assert (report.summary["comm_launches"] == 0).all()
     assert any("no NCCL/RCCL kernels" in note for note in report.notes)
+
+
+def test_files_of_different_runs_are_one_line_naming_both_unless_ranks_is_given(corpus: Path) -> None:
+    """A T4's Nsight Compute report and an A100's Kineto trace were reported as two ranks of one job: now one line
+    naming both and what to do, exit 2; --ranks says they are ranks, and the report across them is drawn."""
+    t4, a100 = corpus / "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep", corpus / NO_RANK[0]
+    done = run_cli("report", str(t4), str(a100))
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and line.startswith(f"iotrace: error: {t4}: is an ncu-rep trace of Tesla T4, {a100} a "
+                                                f"kineto-json trace of NVIDIA A100-PG509-200: not ranks of one run "
+                                                "(different formats) — report each file on its own"), line
+    assert "--ranks" in line
+    assumed = run_cli("report", str(t4), str(a100), "--ranks", "--top", "1")
+    assert assumed.returncode == 0, assumed.stderr
+    assert assumed.stdout.startswith("iotrace report across ranks: 2 traces with no distributedInfo")

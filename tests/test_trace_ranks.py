@@ -127,10 +127,49 @@ def test_a_rank_beyond_the_world_size_is_refused(rank_files: list[Path], tmp_pat
 
 
 def test_traces_without_ranks_load_in_path_order(corpus: Path) -> None:
-    found = load_ranks([corpus / name for name in reversed(NO_RANK)], workers=2)
+    # An A100 and an MI250 trace: no device model in common, so they are ranks of one run only when the caller says so
+    found = load_ranks([corpus / name for name in reversed(NO_RANK)], workers=2, assume_ranks=True)
     assert [t.meta["source"] for t in found.ranks] == [str(corpus / name) for name in sorted(NO_RANK)]
     assert [t.meta.get("rank") for t in found.ranks] == [None, None]
     assert (found.world_size, found.missing) == (None, [])
+
+
+@pytest.mark.parametrize(("files", "why"), [
+    (["ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep", "kineto/a100_pg509_triton_kernel_kineto.json.gz"],
+     "different formats"),
+    (NO_RANK, "no device model in common"),
+    (["nsys/a100_sxm4_40gb_saxpy_mpi_nsys2022.2.sqlite", "nsys/rtx4090_sumarray_pageable_zerocopy_nsys2023.3.sqlite"],
+     "no device model in common"),
+], ids=["ncu-and-kineto", "a100-and-mi250", "a100-and-rtx4090"])
+def test_files_that_are_not_one_run_are_refused_unless_assumed(corpus: Path, files: list[str], why: str) -> None:
+    """Files with no rank of their own: one format, a device model in common, or they are not ranks of one run."""
+    paths = [corpus / name for name in files]
+    with pytest.raises(TraceFormatError, match=rf"not ranks of one run \({why}\)") as caught:
+        load_ranks(paths, workers=1)
+    message = str(caught.value)
+    assert all(str(p) in message for p in paths) and "--ranks" in message
+    assert len(load_ranks(paths, workers=1, assume_ranks=True).ranks) == 2
+
+
+def test_wall_clock_captures_hours_apart_are_not_one_run(tmp_path: Path) -> None:
+    """Two H100 traces whose kernels carry Unix-epoch times (µs, as Kineto writes them) three hours apart; an hour's
+    gap is not refused (the bound is an hour), nor are times that count from boot, which two files do not share."""
+    from tests.conftest import write_kineto
+
+    def kernel_at(ts_us: float) -> list[dict]:
+        return [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts_us, "dur": 5.0,
+                 "args": {"device": 0, "stream": 7, "grid": [1, 1, 1], "block": [32, 1, 1]}}]
+
+    epoch_us = 1.7e15  # 2023-11-14, in µs
+    first = write_kineto(tmp_path / "a.json", kernel_at(epoch_us))
+    later = write_kineto(tmp_path / "b.json", kernel_at(epoch_us + 3 * 3600e6))
+    with pytest.raises(TraceFormatError, match=r"not ranks of one run \(captured 3\.0 h apart\)"):
+        load_ranks([first, later], workers=1)
+    near = write_kineto(tmp_path / "c.json", kernel_at(epoch_us + 0.9 * 3600e6))
+    assert len(load_ranks([first, near], workers=1).ranks) == 2
+    boot_a = write_kineto(tmp_path / "d.json", kernel_at(2e9))  # µs since boot
+    boot_b = write_kineto(tmp_path / "e.json", kernel_at(9e9))
+    assert len(load_ranks([boot_a, boot_b], workers=1).ranks) == 2
 
 
 def test_a_file_in_the_folder_that_is_no_trace_is_named(rank_files: list[Path], tmp_path: Path) -> None:

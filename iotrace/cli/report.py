@@ -95,11 +95,14 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the export; its format is found from its content. A folder of per-rank traces, or "
                              "several files of one distributed job, gives the report across ranks: per-rank kernel "
                              "time side by side, NCCL against compute and their overlap, idle time, stragglers "
-                             "(ranks matched by the files' distributedInfo; files of different jobs or a damaged "
-                             "file: exit 2)")
+                             "(ranks matched by the files' distributedInfo; files of different jobs or runs, or a "
+                             "damaged file: exit 2)")
     _common(parser, FORMATS)
     parser.add_argument("--workers", type=int, metavar="N",
                         help="across ranks: load the rank files in N processes (default one per CPU)")
+    parser.add_argument("--ranks", action="store_true",
+                        help="across ranks: the files are ranks of one job even though their formats, device models "
+                             "or capture times differ (by default such files are refused as not one run)")
     parser.add_argument("--require-all-ranks", action="store_true",
                         help="across ranks: fail (exit 2) when a rank of the world size has no file, instead of "
                              "reporting the ranks given and naming the missing ones")
@@ -215,6 +218,9 @@ def report_main(args: argparse.Namespace) -> None:
     if len(args.trace) > 1 or (args.trace[0].is_dir() and not is_export_folder(args.trace[0])):
         _ranks_main(args, fmt)
         return
+    if args.ranks:
+        raise InvalidValueError(f"--ranks says several files are ranks of one job, but one trace was given "
+                                f"({args.trace[0]})", "give the rank files (or their folder), or leave out --ranks")
     report = _build(args, args.trace[0], plugin=args.plugin, shape=args.shape, dtype=args.dtype)
     if fmt == "json":
         from iotrace.trace.render.jsonout import dumps
@@ -267,7 +273,7 @@ def _ranks_main(args: argparse.Namespace, fmt: str) -> None:
     if fmt in ("png", "svg"):
         raise InvalidValueError(f"--format {fmt} is for one trace", "use --format html for the ranks' figure")
     source = args.trace[0] if len(args.trace) == 1 else args.trace
-    found = load_ranks(source, workers=args.workers)
+    found = load_ranks(source, workers=args.workers, assume_ranks=args.ranks)
     if args.require_all_ranks and found.missing:
         from iotrace.trace.reports.ranks_report import spans
 
