@@ -276,6 +276,26 @@ def test_note_from_a_trace_keeps_annotations(tmp_path: Path, corpus: Path) -> No
     assert bad.returncode == 2 and "is not a .md file" in bad.stderr
 
 
+@pytest.mark.parametrize("events", [[], [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
+                                              "ts": 0, "dur": 5}]], ids=["empty", "cpu-only"])
+def test_a_trace_with_nothing_to_say_writes_no_note(events: list[dict], tmp_path: Path) -> None:
+    """No kernel, no finding, no step: one line saying so, which rules were checked and what to do, exit 2 as the
+    CLI's other "nothing to show" cases (a --kernel that matches nothing), and no file (it wrote an empty note and
+    exited 0)."""
+    from tests.conftest import write_kineto
+
+    trace = write_kineto(tmp_path / "trace.json", events)
+    out = tmp_path / "note.md"
+    done = run_cli("note", str(trace), "--title", "x", "-o", str(out), "--no-images")
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and line.startswith(f"iotrace: error: {trace}: nothing to write: "), line
+    assert ("a CPU-only trace (1 CPU op, no GPU kernel)" if events else "no GPU kernels") in line
+    assert "the file rules not-profiled, configurations found nothing" in line and "kernel rules need a kernel" in line
+    assert "— profile GPU work" in line
+    assert not out.exists() and not (tmp_path / "img").exists()
+
+
 def test_a_model_note_is_read_from_its_measurement_while_its_inputs_hold(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The committed quantisation note is checked against its cached measurement (notes/measured/) without running

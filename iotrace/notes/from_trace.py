@@ -184,10 +184,36 @@ def add_report_sections(note: Note, report: Any, prefix: str, images: bool = Tru
     note.add(f"{prefix}-findings", "Findings", findings_list(report.findings))
 
 
+def nothing_to_say(report: Any) -> str | None:
+    """Why a note of ``report`` would hold nothing (no kernel, no finding, no step), naming the rules that were
+    checked; None when there is something to write."""
+    if report.kernels or report.findings or report.steps is not None:
+        return None
+    from iotrace.trace.findings import RULES
+
+    ids = {scope: [r.id for r in RULES if r.scope == scope] for scope in ("kernel", "file", "timeline")}
+    host = report.tables.rows("host_ops")
+    what = f"a CPU-only trace ({host} CPU op{'s' * (host != 1)}, no GPU kernel)" if host else "no GPU kernels"
+    timeline = (f"the timeline rules {', '.join(ids['timeline'])} found nothing" if report.timeline is not None else
+                f"the {len(ids['timeline'])} timeline rules need timed kernels or ranges")
+    return (f"nothing to write: {what}, and no finding (checked: the file rules {', '.join(ids['file'])} found "
+            f"nothing; {timeline}; the {len(ids['kernel'])} kernel rules need a kernel)")
+
+
 def build(path: Path, *, name: str, title: str, corpus: Path, kernel: str | None = None,
           card: str | None = None, images: bool = True) -> Note:
-    """The note ``iotrace note TRACE`` writes."""
+    """The note ``iotrace note TRACE`` writes.
+
+    :raises InvalidValueError: the trace gives a note nothing to say (:func:`nothing_to_say`): no note is better than
+        an empty one.
+    """
     report = load_report(path, kernel, card)
+    empty = nothing_to_say(report)
+    if empty is not None:
+        from iotrace.errors import InvalidValueError
+
+        raise InvalidValueError(f"{path}: {empty}", "profile GPU work (torch.profiler with ProfilerActivity.CUDA, "
+                                                    "nsys or ncu), or see `iotrace report` for what the file holds")
     note = Note(name, title, header(report, path, corpus))
     add_report_sections(note, report, "trace", images=images)
     return note
