@@ -17,7 +17,8 @@ from iotrace.source_graph import PACKAGE, import_graph
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("iotrace", "iotrace.errors", "iotrace.checkout", "iotrace.argtypes", "iotrace.nvtx_ranges", "iotrace.source_graph",
      "iotrace.plugin_manager"),
-    ("iotrace.cards", "iotrace.sm_limits", "iotrace.cu_limits", "iotrace.model_shapes", "iotrace.identities"),
+    ("iotrace.cards", "iotrace.ceilings", "iotrace.sm_limits", "iotrace.cu_limits", "iotrace.model_shapes",
+     "iotrace.identities"),
     ("iotrace.occupancy", "iotrace.occupancy_amd", "iotrace.derivations"),
     ("iotrace.render",),
     ("iotrace.plugins",),

@@ -54,7 +54,9 @@ def test_cpu_selfcheck_checks_every_kernel(cpu_run) -> None:
     assert bench_row["device"].startswith("cpu") and bench_row["decode_tok_s"] > 0
     assert bench_row["wall_from"] == "measured copy (this run, CPU)" and bench_row["of_wall"] == pytest.approx(
         bench_row["decode_tok_s"] / bench_row["wall_tok_s"])
-    assert all("synthesised" in r["how"].lower() for r in replays)  # no GPU has recorded a sweep yet, and they say so
+    # Each replayed sweep says how it was made: the synthesised ones so, the H200's as measured (2026-12-04).
+    assert all(r["how"].lower().startswith(("synthesised", "measured on ")) for r in replays)
+    assert any(r["how"].startswith("measured on NVIDIA H200") for r in replays), [r["how"] for r in replays]
 
 
 def test_cpu_selfcheck_writes_a_markdown_table(cpu_run) -> None:

@@ -50,6 +50,9 @@ Every term is modelled, never measured, and each is reported beside the predicti
   (``Prediction.pipelining`` is None).
 * **Spills**: ptxas's spill bytes per thread times the threads launched, added to the memory traffic (a lower
   bound: a spill inside a loop repeats).
+* **Achievable ceilings** (:mod:`iotrace.ceilings`): compute divides by the measured share of the tensor-core peak
+  that cuBLAS reaches, memory by the measured share of the bandwidth a copy reaches, never by the datasheet figures
+  (the roofline floor stays the datasheet's); and no launch finishes under :data:`~iotrace.ceilings.LAUNCH_FLOOR_US`.
 
 Ties (a compute-bound plateau) are broken in :func:`iotrace.autotune.static.rank` toward more operand reuse per
 warp, as Volkov's "Better Performance at Lower Occupancy" argues, then toward higher occupancy.
@@ -65,6 +68,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
+
+from iotrace.ceilings import LAUNCH_FLOOR_US, achievable
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -119,6 +124,12 @@ class Prediction:
     #: The fraction of the compute rate the software pipeline sustains (1.0: its stages hide the load latency);
     #: None where the model does not see the kernel's pipelining.
     pipelining: float | None = None
+    #: The achievable ceilings the time was divided by (:func:`iotrace.ceilings.achievable`): the shares of the
+    #: compute peak (1.0 for a non-tensor peak, which has no measurement) and of the bandwidth.
+    compute_ceiling: float = 1.0
+    memory_ceiling: float = 1.0
+    #: True when the time is the launch floor, not any roof.
+    launch_floor: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "kind": "modelled"}
@@ -201,8 +212,10 @@ def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: Occupan
     """The modelled time of one call: the slowest of its roofs (compute, DRAM, L2 operand traffic), each scaled
     by its terms. ``pipeline`` is :func:`pipeline_step`'s ``(num_stages, FLOPs per main-loop iteration)``."""
     main = resources[0]
-    peak = card.peak_flop_per_s(cost.peak)
-    bandwidth = card.bandwidth_bytes_per_s
+    ceiling = achievable(card)
+    compute_ceiling = ceiling.tensor if cost.peak.endswith("_tensor") else 1.0
+    datasheet_peak, datasheet_bandwidth = card.peak_flop_per_s(cost.peak), card.bandwidth_bytes_per_s
+    bandwidth = datasheet_bandwidth * ceiling.memory
     sms = card.sm_count
     blocks = max(1, math.prod(main.grid))
     per_sm = blocks / sms
@@ -217,32 +230,37 @@ def predict(cost: Cost, card: Card, resources: Sequence[Resources], occ: Occupan
     schedulers = card.sm_limits.sub_partitions
     issue = min(1.0, warps_on_sm / schedulers)
     spill_bytes = float(main.spills * main.threads_per_block * blocks)
-    throughput = peak
+    throughput = datasheet_peak
     intensity = None
     if tile is not None and cost.peak.endswith("_tensor") and card.boost_clock_mhz:
         warps = max(1, main.threads_per_block // 32)
         intensity = math.sqrt(tile[0] * tile[1] / warps) / element_bytes
         smem_bandwidth = sms * SMEM_BYTES_PER_CLOCK * card.boost_clock_mhz * 1e6
-        throughput = min(peak, intensity * smem_bandwidth)
+        throughput = min(datasheet_peak, intensity * smem_bandwidth)
     pipelining = None
     if pipeline is not None:
         stages, step_flops = pipeline
         resident_on_sm = min(occ.active_blocks_per_sm, math.ceil(per_sm))
-        step_s = step_flops / (throughput / sms)  # one iteration of one block with the SM to itself
+        # One iteration of one block with the SM to itself, at the tensor cores' own rate: the achievable ceiling is
+        # a whole kernel's share (prologue, epilogue, scheduling), not a slower matrix instruction. On the H200
+        # sweep (bench/sweeps/gemm-h200-*) two stages of 128x256x64 ran 1.6x slower than three, as this predicts.
+        step_s = step_flops / (throughput / sms)
         pipelining = min(1.0, resident_on_sm * stages * step_s / (DRAM_LATENCY_S + step_s))
-    compute_s = cost.flops / tile_eff / (throughput * sm_balance * issue * (pipelining or 1.0))
+    compute_s = cost.flops / tile_eff / (throughput * compute_ceiling * sm_balance * issue * (pipelining or 1.0))
     memory_s = (cost.bytes + spill_bytes) / (bandwidth * latency_hiding)
     l2_s = None
     if l2_bytes is not None and card.boost_clock_mhz:
         l2_s = l2_bytes / (sms * L2_BYTES_PER_CLOCK_PER_SM * card.boost_clock_mhz * 1e6 * sm_balance)
-    roofline_s = max(cost.flops / peak, cost.bytes / bandwidth)
+    roofline_s = max(cost.flops / datasheet_peak, cost.bytes / datasheet_bandwidth)
     waves = blocks / (occ.active_blocks_per_sm * sms)
     terms = {"compute": compute_s, "memory": memory_s, "l2": l2_s or 0.0}
     bound = max(terms, key=terms.__getitem__)  # the term that sets the time names the bound
-    time_us = terms[bound] * 1e6 + LAUNCH_GAP_US * (len(resources) - 1)
+    floor = terms[bound] * 1e6 < LAUNCH_FLOOR_US
+    time_us = max(terms[bound] * 1e6, LAUNCH_FLOOR_US) + LAUNCH_GAP_US * (len(resources) - 1)
     return Prediction(time_us=time_us, roofline_us=roofline_s * 1e6, compute_us=compute_s * 1e6,
                       memory_us=memory_s * 1e6, bound=bound,
                       tile_efficiency=tile_eff, sm_balance=sm_balance, latency_hiding=latency_hiding,
                       operand_intensity=intensity, l2_us=None if l2_s is None else l2_s * 1e6,
                       warps_per_scheduler=warps_on_sm / schedulers, waves=waves, spill_bytes=spill_bytes,
-                      pipelining=pipelining)
+                      pipelining=pipelining, compute_ceiling=compute_ceiling, memory_ceiling=ceiling.memory,
+                      launch_floor=floor)

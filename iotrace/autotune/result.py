@@ -14,6 +14,7 @@ from iotrace.autotune.backends import Measurement
 from iotrace.autotune.fingerprint import Fingerprint, triton_version
 from iotrace.autotune.static import StaticEntry, StaticPhase, tie_key
 from iotrace.autotune.sweep import Sweep, SweepRow, says_synthesised
+from iotrace.ceilings import LAUNCH_FLOOR_US, achievable
 from iotrace.kernel_call import CallFields
 
 if TYPE_CHECKING:
@@ -140,6 +141,10 @@ class TuneResult(CallFields):
         best = None
         if self.best is not None:
             best = {**self.best.to_dict(), "basis": self.basis, "times": self.times, "why": self.why}
+        if best is not None:  # what its predicted time was divided by (iotrace/ceilings.py)
+            ceiling = achievable(self.card)
+            best["ceilings"] = {"tensor": ceiling.tensor, "memory": ceiling.memory, "measured": ceiling.measured,
+                                "stand_in": ceiling.stand_in, "launch_floor_us": LAUNCH_FLOOR_US}
         return {"card": self.card.key, "kernel": self.kernel, "shape": self.shape,
                 "configs": [r.to_dict() for r in self.ranked()], "best": best}
 

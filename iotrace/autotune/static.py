@@ -126,6 +126,22 @@ def tie_key(entry: StaticEntry) -> float | None:
     return None if entry.prediction is None else float(f"{entry.prediction.time_us:.3g}")
 
 
+def tie_break(first: StaticEntry, second: StaticEntry) -> str:
+    """What :func:`rank`'s tie-break put ``first`` ahead of ``second`` by (two entries of one tie), in words; or that
+    nothing did, where only the space's order separates them."""
+    if (first.spills > 0) != (second.spills > 0):
+        return f"no spills (the next one spills {second.spills} B per thread)"
+    reuse = [(e.prediction.operand_intensity or 0.0) if e.prediction else 0.0 for e in (first, second)]
+    if reuse[0] != reuse[1]:
+        return (f"more operand reuse per warp ({reuse[0]:.3g} against {reuse[1]:.3g} FLOP per shared-memory byte), "
+                "which the model does not count beyond its roof")
+    occupancy = [e.occupancy.occupancy_pct if e.occupancy else 0.0 for e in (first, second)]
+    if occupancy[0] != occupancy[1]:
+        return f"higher occupancy ({occupancy[0]:.3g}% against {occupancy[1]:.3g}%)"
+    return ("nothing the model sees: the same spills, operand reuse per warp and occupancy, so only the space's order "
+            "puts it first")
+
+
 def rank(entries: list[StaticEntry]) -> list[int]:
     """Indices of the launchable entries, fastest predicted first.
 

@@ -31,11 +31,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from iotrace.autotune.backends import Backend, GpuBackend, InterpreterBackend, Measurement, ReplayBackend
 from iotrace.autotune.cache import CacheKey, TuneCache, kernel_source_hash
 from iotrace.autotune.fingerprint import Fingerprint, fingerprint, triton_version
+from iotrace.autotune.render import compact
 from iotrace.autotune.result import ConfigResult, TuneResult, tied_with
 from iotrace.autotune.space import kernel_space, shape_bucket, shape_text
-from iotrace.autotune.static import StaticEntry, StaticPhase, entry_from_resources, rank, static_phase
+from iotrace.autotune.static import StaticEntry, StaticPhase, entry_from_resources, rank, static_phase, tie_break
 from iotrace.autotune.strategies import BudgetSpent, SearchSpace, strategy
 from iotrace.autotune.sweep import Sweep, load_sweep, resources_from_dict
+from iotrace.ceilings import LAUNCH_FLOOR_US, achievable
 from iotrace.errors import InvalidValueError, IotraceError
 from iotrace.kernel_call import KernelCall
 from iotrace.kernels.backend import interpreting
@@ -349,6 +351,9 @@ def tune(call: KernelCall, options: TuneOptions | None = None, progress: Progres
         if len(stages - {None}) > 1:
             notes.append(f"The cost model does not model software pipelining for {spec.name}: num_stages changes "
                          "its prediction only through shared memory (occupancy and bytes in flight).")
+    if mode != "gpu":  # the predicted times are the model's: say what they were divided by
+        notes.append(f"Predicted times rest on the {achievable(call.card).words()}, and no launch under "
+                     f"{LAUNCH_FLOOR_US} µs (iotrace/ceilings.py).")
     if mode == "interpreter":
         notes.append("No GPU: the best is the cost model's choice among configs the Triton interpreter checked; "
                      "interpreted speed says nothing about a GPU, so nothing here is a measured time.")
@@ -419,10 +424,13 @@ def _place(best: ConfigResult, results: list[ConfigResult]) -> tuple[str, str]:
     if len(tied) < 2:
         return f"ranked #{best.rank}", ""
     others = len(tied) - 1
+    ordered = sorted(tied, key=lambda r: r.rank or 0)
+    runner_up = ordered[1] if ordered[0] is best else ordered[0]
     return (f"tied #{min(r.rank or 0 for r in tied)} with {others} other{'s' if others > 1 else ''} at "
             f"{best.entry.predicted_us:.4g} µs predicted",
-            "; the model cannot tell them apart (its tie-break lists them: no spills first, then more operand reuse "
-            "per warp, then higher occupancy)")
+            "; the model cannot tell them apart (its tie-break orders them: no spills first, then more operand reuse "
+            f"per warp, then higher occupancy); ahead of {compact(runner_up.config)} by "
+            f"{tie_break(best.entry, runner_up.entry)}")
 
 
 def _choose(mode: str, options: TuneOptions, results: list[ConfigResult], ranking: list[int],
