@@ -9,6 +9,7 @@ of iotrace and nothing heavy.
 from __future__ import annotations
 
 import argparse
+import decimal
 import math
 import re
 from collections.abc import Callable
@@ -38,13 +39,20 @@ def si_number(text: str) -> float:
 
 
 def binary_count(text: str) -> int:
-    """A whole number: ``8192``, or ``8k`` = 8192 (k counts tokens and bytes in 1024s)."""
+    """A whole number: ``8192``, ``8k`` = 8192 (k counts tokens and bytes in 1024s), or ``1e9`` (a power of ten
+    written as people write it; it must come out whole: ``1.5e3`` is 1500, ``1e-3`` is refused)."""
     cleaned = text.strip().lower()
     scale = 1024 if cleaned.endswith("k") else 1
     body = cleaned[:-1] if scale == 1024 else cleaned
-    if not re.fullmatch(r"-?[0-9]{1,20}", body):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number (e.g. 256, 8k)")
-    value = int(body) * scale
+    if re.fullmatch(r"-?[0-9]{1,20}", body):
+        value = int(body) * scale
+    elif scale == 1 and re.fullmatch(r"-?[0-9]{1,20}(?:\.[0-9]{1,20})?e\+?[0-9]{1,2}", body):
+        exact = decimal.Decimal(body)  # exact, unlike float: 1e9 and 1.5e3 are whole, 1.0000001e3 is not
+        if exact != exact.to_integral_value():
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number (e.g. 256, 8k, 1e9)")
+        value = int(exact)
+    else:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number (e.g. 256, 8k, 1e9)")
     if abs(value) > MAX_COUNT:
         raise argparse.ArgumentTypeError(f"{text!r} is larger than any real count (at most 2^53)")
     return value

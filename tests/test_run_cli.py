@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from unittest import mock
 
@@ -156,3 +157,48 @@ def test_run_bad_input(args: list[str], expected: str) -> None:
     assert code == 2, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], err
+
+
+#: A hang guard, not a speed check (docs/contributing: the suite must pass on a loaded machine): each of these bad
+#: inputs is refused in about 2 s on two cores, where it used to run a compile or the interpreter for 20 s to minutes.
+HANG_GUARD_S = 20
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["run", "gemm", "--shape", "M=1e9,N=1e9,K=1e9", "--card", "h100"],
+     "gemm at M=1000000000,N=1000000000,K=1000000000,bias=0 (fp16) needs 6e18 B of operands in device memory, more "
+     "than the 8.59e10 B (80 GiB) of NVIDIA H100 80GB HBM3 — give a smaller shape"),
+    (["run", "rmsnorm", "--shape", "rows=3e9,hidden=1", "--card", "h100"],
+     "rmsnorm: _rmsnorm_kernel's grid 3000000000 × 1 × 1 has 3000000000 blocks along x, over CUDA's limit of "
+     "2147483647"),
+], ids=["operands-over-memory", "grid-over-limit"])
+def test_a_shape_no_card_can_hold_or_launch_is_refused_at_once(args: list[str], says: str) -> None:
+    """6e18 bytes of GEMM operands on an 80 GB card were reported "correct" (checked on a reduced shape), and a grid
+    of 3e9 blocks compiled and ran: now one line naming the bytes against the card's memory, or the grid against
+    CUDA's limit, exit 2, before any compile or interpreted check."""
+    started = time.monotonic()
+    done = run_cli(*args)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and line.startswith(f"iotrace: error: {says}"), line
+    assert elapsed < HANG_GUARD_S, f"{elapsed:.1f} s"
+
+
+def test_a_config_over_the_shared_memory_limit_is_refused_before_ptxas(tmp_path) -> None:
+    """256 x 256 x 128 tiles over 8 warps on an RTX 3090 (99 KiB of shared memory a block): refused with the same
+    occupancy line as before, but the compile stops once Triton knows the block's shared memory (its LLVM IR), before
+    PTX and ptxas, which spill such a tile for minutes. A fresh compile cache, so it compiles here."""
+    started = time.monotonic()
+    done = run_cli("run", "gemm", "--card", "rtx3090", "--config",
+                   "BLOCK_M=256,BLOCK_N=256,BLOCK_K=128,num_warps=8,num_stages=5",
+                   env={"IOTRACE_CACHE_DIR": str(tmp_path)})
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and "cannot launch on NVIDIA GeForce RTX 3090: " in line, line
+    assert "bytes of shared memory per block exceed the opt-in limit of 101376 bytes per block on CC 8.6" in line
+    # A hang guard with room for a compile worker's start (torch and Triton imported) on a loaded machine; the full
+    # compile took minutes.
+    assert elapsed < 45, f"{elapsed:.1f} s"
+    assert not any(tmp_path.rglob("*.json")), "a stopped compile is no unit's resources: nothing is cached"

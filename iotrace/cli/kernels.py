@@ -148,6 +148,7 @@ def _run(args: argparse.Namespace, spec: KernelSpec) -> None:
 
     call = KernelCall.make(spec, args.shape, args.dtype, args.card, args.backend, preset=args.preset)
     config = resolve_config(call, args.config)
+    call.check_launch(config)  # a grid or block no GPU can launch: refused before the compile, not after it
     if profile_command.wanted(args):  # the run goes to a child process under the profiler
         profile_command.main(args, call, config)
         return

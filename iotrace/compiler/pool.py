@@ -21,7 +21,7 @@ from iotrace.compiler.disk_cache import cache_key, load_cached, store
 from iotrace.compiler.errors import CompileError
 from iotrace.compiler.nvcc import compile_cuda
 from iotrace.compiler.resources import Resources, cc_number
-from iotrace.compiler.triton_target import WORKER_ENV
+from iotrace.compiler.triton_target import STOPPED, WORKER_ENV
 from iotrace.plugins.spec import CudaUnit, TritonUnit
 
 __all__ = ["COMPILE_TIMEOUT_S", "UNITS_PER_WORKER", "CompileBatch", "compile_each", "compile_resources"]
@@ -49,9 +49,14 @@ def compile_resources(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, i
                       jobs: int | None = None) -> list[Resources]:
     """Static resources of every unit compiled for ``cc``, from the cache or compiled (in parallel for Triton).
 
-    The first unit that does not compile raises its :class:`CompileError`.
+    The first unit that does not compile raises its :class:`CompileError`. A Triton unit whose shared memory alone is
+    over what a block may opt in to on ``cc`` cannot launch on any card of it: its compile stops once Triton knows
+    that figure (its LLVM IR), before PTX and ptxas, which take minutes for a large tile that spills; its Resources
+    hold the shared memory and no register count (0), for the occupancy check to refuse it in the same words.
     """
-    batch = compile_each(units, cc, jobs)
+    from iotrace.sm_limits import sm_limits
+
+    batch = compile_each(units, cc, jobs, smem_limit=sm_limits(cc).smem_per_block_optin)
     for result in batch.results:
         if isinstance(result, CompileError):
             raise result
@@ -59,9 +64,11 @@ def compile_resources(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, i
 
 
 def compile_each(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int], jobs: int | None = None,
-                 progress: Callable[[int], None] | None = None) -> CompileBatch:
+                 progress: Callable[[int], None] | None = None, *, smem_limit: int | None = None) -> CompileBatch:
     """Like :func:`compile_resources`, but a unit that does not compile gives its :class:`CompileError` in its place
-    instead of stopping the rest (the autotuner prunes such configs). ``progress(n)`` is called as units finish."""
+    instead of stopping the rest (the autotuner prunes such configs). ``progress(n)`` is called as units finish.
+    ``smem_limit``: stop a Triton unit whose shared memory is over it before PTX (:func:`compile_resources`); such a
+    unit's Resources are partial and not cached. None (the tuner's): compile every unit to the end."""
     target = cc_number(cc)
     results: list[Resources | CompileError | None] = [None] * len(units)
     todo: list[tuple[int, str]] = []
@@ -88,7 +95,7 @@ def compile_each(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int], 
 
     def _alone(unit: TritonUnit, cc: int) -> dict[str, Any]:
         try:
-            return _run_worker([unit], cc)[0]
+            return _run_worker([unit], cc, smem_limit)[0]
         except CompileError as exc:
             return {"error": exc.problem, "fix": exc.fix}
 
@@ -99,7 +106,7 @@ def compile_each(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int], 
 
         def work(batch: list[tuple[int, str]]) -> None:
             try:
-                answers = _run_worker([units[i] for i, _ in batch], target)  # type: ignore[misc]
+                answers = _run_worker([units[i] for i, _ in batch], target, smem_limit)  # type: ignore[misc]
             except CompileError as exc:  # the worker died or timed out: one unit did it, so ask each on its own
                 if len(batch) == 1:
                     answers = [{"error": exc.problem, "fix": exc.fix}]
@@ -111,7 +118,8 @@ def compile_each(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int], 
                 else:
                     answer["grid"] = tuple(answer["grid"])
                     results[i] = Resources(**answer)
-                    store(key, results[i])  # type: ignore[arg-type]
+                    if not answer["compiler"].endswith(STOPPED):  # a stopped compile is no unit's resources
+                        store(key, results[i])  # type: ignore[arg-type]
             if progress is not None:
                 progress(len(batch))
 
@@ -121,9 +129,9 @@ def compile_each(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, int], 
     return CompileBatch([r for r in results if r is not None], cached, len(todo), len(batches))
 
 
-def _run_worker(units: list[TritonUnit], target: int) -> list[dict[str, Any]]:
+def _run_worker(units: list[TritonUnit], target: int, smem_limit: int | None = None) -> list[dict[str, Any]]:
     """Compile ``units`` in one worker process, forked or fresh (see :mod:`iotrace.compiler.worker`)."""
-    job = json.dumps({"cc": target, "units": [asdict(u) for u in units]})
+    job = json.dumps({"cc": target, "units": [asdict(u) for u in units], "smem_limit": smem_limit})
     # The worker sees this process's sys.path, so a plugin module found only through it imports there too.
     env = {**os.environ, **WORKER_ENV, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     timeout_s = COMPILE_TIMEOUT_S * len(units)

@@ -17,7 +17,10 @@ from iotrace.compiler.errors import CompileError
 from iotrace.compiler.resources import Resources, parse_ptxas_log
 from iotrace.plugins.spec import TritonUnit
 
-__all__ = ["WORKER_ENV", "compile_triton", "compile_unit"]
+__all__ = ["STOPPED", "WORKER_ENV", "SharedMemoryOver", "compile_triton", "compile_unit"]
+
+#: How a :class:`Resources` compiled only as far as its shared memory says so, at the end of its ``compiler``.
+STOPPED = "(stopped before PTX: shared memory over the block limit)"
 
 #: The environment of a compile worker: real @triton.jit functions, and a recompile every time so ptxas
 #: prints its log (Triton's own cache would skip ptxas).
@@ -25,9 +28,59 @@ WORKER_ENV = {"TRITON_INTERPRET": "0", "TRITON_ALWAYS_COMPILE": "1", "TRITON_DUM
               "TRITON_DEFAULT_FP_FUSION": "1"}
 
 
-def compile_unit(unit: TritonUnit, cc_number: int) -> tuple[Any, str]:
+class SharedMemoryOver(Exception):
+    """Raised inside Triton's pipeline when a unit's shared memory, known once its LLVM IR is made, is over a limit:
+    the compile stops there, before PTX and ptxas (the slow half: minutes for a large tile that spills)."""
+
+    def __init__(self, shared: int) -> None:
+        super().__init__(shared)
+        self.shared = shared
+
+
+@contextlib.contextmanager
+def _stop_over_shared_memory(limit: int | None) -> Any:
+    """While compiling: stop after Triton's ``llir`` stage when ``metadata["shared"]`` exceeds ``limit`` bytes.
+
+    Triton sets ``shared`` (the block's dynamic shared memory, its final allocation) in that stage; the stages after
+    it (PTX, then ptxas) only lower the same kernel. Done through Triton's documented pipeline hook,
+    ``triton.knobs.runtime.add_stages_inspection_hook`` (triton/knobs.py; called with no arguments for a cache-key
+    suffix, then by the backend's ``add_stages`` with the stages to edit), restored afterwards.
+    """
+    if limit is None:
+        yield
+        return
+    from triton import knobs
+
+    def hook(*args: Any) -> Any:
+        if not args:  # triton.compiler.compile asks for a cache-key suffix and a hash
+            return f"iotrace-stop-over-shared-{limit}", ""
+        _backend, stages, *_ = args
+        lower = stages.get("llir")
+        if lower is not None:
+            def llir(src: Any, metadata: dict[str, Any]) -> Any:
+                module = lower(src, metadata)
+                if int(metadata.get("shared") or 0) > limit:
+                    raise SharedMemoryOver(int(metadata["shared"]))
+                return module
+
+            stages["llir"] = llir
+        return None
+
+    before = knobs.runtime.add_stages_inspection_hook
+    knobs.runtime.add_stages_inspection_hook = hook
+    try:
+        yield
+    finally:
+        knobs.runtime.add_stages_inspection_hook = before
+
+
+def compile_unit(unit: TritonUnit, cc_number: int, smem_limit: int | None = None) -> tuple[Any, str]:
     """Triton's compiled kernel of ``unit`` for ``sm_<cc_number>`` (its ``asm`` holds the PTX, and the SASS where
-    Triton's bundled nvdisasm is present), and ptxas's log. In a worker process only, like :func:`compile_triton`."""
+    Triton's bundled nvdisasm is present), and ptxas's log. In a worker process only, like :func:`compile_triton`.
+
+    :raises SharedMemoryOver: ``smem_limit`` given and the unit's shared memory is over it (the compile stopped
+        before PTX).
+    """
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -56,20 +109,33 @@ def compile_unit(unit: TritonUnit, cc_number: int) -> tuple[Any, str]:
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     log = io.StringIO()
     try:
-        with contextlib.redirect_stdout(log):
+        with contextlib.redirect_stdout(log), _stop_over_shared_memory(smem_limit):
             compiled = triton.compile(source, target=GPUTarget("cuda", cc_number, 32),
                                       options={"num_warps": unit.num_warps, "num_stages": unit.num_stages})
+    except SharedMemoryOver:
+        raise
     except Exception as exc:  # the compiler's own failure: its last line is the cause, on one line
         raise CompileError(f"{unit.function} does not compile for sm_{cc_number}: {_last_line(exc)}",
                            "try a smaller tile or fewer stages") from None
     return compiled, log.getvalue()
 
 
-def compile_triton(unit: TritonUnit, cc_number: int) -> Resources:
-    """Compile one Triton unit for ``sm_<cc_number>`` (in a worker process started with :data:`WORKER_ENV`)."""
+def compile_triton(unit: TritonUnit, cc_number: int, smem_limit: int | None = None) -> Resources:
+    """Compile one Triton unit for ``sm_<cc_number>`` (in a worker process started with :data:`WORKER_ENV`).
+
+    ``smem_limit``: the most shared memory a block may have; a unit over it is not compiled past its LLVM IR, and its
+    Resources hold that shared memory and nothing from ptxas (0 registers, no spills; ``compiler`` says so): enough
+    to refuse it (it cannot launch), never to be cached.
+    """
     import triton
 
-    compiled, log = compile_unit(unit, cc_number)
+    try:
+        compiled, log = compile_unit(unit, cc_number, smem_limit)
+    except SharedMemoryOver as over:
+        return Resources(target=f"sm_{cc_number}", kernel=unit.function, registers=0, static_smem=0,
+                         dynamic_smem=over.shared, spill_stores=0, spill_loads=0, stack_bytes=0, barriers=0,
+                         threads_per_block=unit.threads_per_block, grid=unit.grid,
+                         compiler=f"triton {triton.__version__} {STOPPED}")
     parsed = parse_ptxas_log(log)
     return Resources(target=f"sm_{cc_number}", kernel=unit.function, registers=parsed["registers"],
                      static_smem=parsed["static_smem"], dynamic_smem=int(compiled.metadata.shared),

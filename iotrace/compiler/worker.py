@@ -1,6 +1,7 @@
 """The compile worker process, ``python -m iotrace.compiler``: a job as JSON on stdin, one JSON line of answers.
 
-The job is ``{"cc": 86, "units": [TritonUnit fields, ...]}``; each answer is a :class:`Resources` as a dict, or
+The job is ``{"cc": 86, "units": [TritonUnit fields, ...], "smem_limit": None}`` (a byte count: stop a unit whose
+shared memory is over it before PTX); each answer is a :class:`Resources` as a dict, or
 ``{"error": ..., "fix": ...}`` for a unit that does not compile. :mod:`iotrace.compiler.pool` starts workers with
 :data:`iotrace.compiler.triton_target.WORKER_ENV`.
 """
@@ -30,7 +31,7 @@ def answer(job: dict[str, Any]) -> list[dict[str, Any]]:
     for fields in job["units"]:
         fields["grid"] = tuple(fields["grid"])
         try:
-            answers.append(asdict(compile_triton(TritonUnit(**fields), job["cc"])))
+            answers.append(asdict(compile_triton(TritonUnit(**fields), job["cc"], job.get("smem_limit"))))
         except CompileError as exc:
             answers.append({"error": exc.problem, "fix": exc.fix})
     return answers
