@@ -8,6 +8,7 @@ one bad request and `bench import` through a real subprocess too.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,20 @@ def test_random_weights_jsonl_and_markdown(tmp_path: Path) -> None:
     head, rule, row = markdown.stdout.strip().splitlines()
     assert head.startswith("| card | device | model |") and rule.startswith("|---|")
     assert row.count("|") == head.count("|") and "random" in row
+    assert "± n/a" in row and "± 0.0" not in row  # one repetition has no spread
+
+
+def test_one_repetition_has_no_spread() -> None:
+    """``--reps 1``: the ± of a figure is n/a (a sample standard deviation needs two values), not 0.0, in the bench's
+    table and in the engine comparison's; two repetitions print theirs."""
+    from dataclasses import asdict
+
+    from iotrace.model.measure import Spread
+    from iotrace.render import bench, engines
+
+    for pm in (bench._pm, engines._pm):
+        assert pm(asdict(Spread.of([41.26]))) == "41.3 ± n/a"
+        assert pm(asdict(Spread.of([40.0, 42.0]))) == "41.0 ± 1.4"
 
 
 @pytest.mark.slow
@@ -161,6 +176,19 @@ def test_bad_requests_are_one_line_errors(args: tuple[str, ...], needles: tuple[
 def test_a_prompt_longer_than_the_context_is_refused() -> None:
     pinned_model()
     _error(_in_process("bench", "--prompt-tokens", "9000"), "9000", "context of 8192")
+
+
+@pytest.mark.parametrize("prompt", ["", "  "])
+def test_an_empty_prompt_is_refused_before_the_model_loads(prompt: str) -> None:
+    """``--prompt ""`` failed after 32 s (the model and its tokenizer loaded, then "the prompt encodes to no
+    tokens"): now one line naming the flag and what to do, exit 2, before torch is imported."""
+    started = time.monotonic()
+    done = run_cli("bench", "--prompt", prompt)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr == (f"iotrace: error: --prompt {prompt!r} is empty — give the prompt text, leave --prompt out "
+                           "for the shipped prompt, or pass --prompt-tokens N\n")
+    assert elapsed < 20, f"{elapsed:.1f} s"  # a hang guard, not a speed check: it takes a fraction of a second
 
 
 def test_a_prompt_file_that_is_missing_or_empty(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import os
 import re
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from iotrace.engines.compare import NEAR_TIE_LOGITS, agreement, engine_figures
 from iotrace.engines.launch import EngineSpec, engines_dir, interpreter, parse_engine, run_engine
 from iotrace.errors import InvalidValueError
-from tests.conftest import run_cli_in_process
+from tests.conftest import run_cli, run_cli_in_process
 
 #: The prompt of the agreement check: SmolLM2's chat turn, on which greedy decoding is confident (the shipped default
 #: prompt's 5 tokens leave near-ties within a few steps, where llama.cpp's 8-bit activations legitimately differ).
@@ -125,22 +126,38 @@ def test_options_an_engine_comparison_cannot_take_are_refused(args: tuple[str, .
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-def test_a_failed_engine_is_one_line_and_exit_2_with_the_others_printed(tmp_path: Path) -> None:
+def test_a_failed_engine_is_one_line_and_exit_2_with_the_others_printed() -> None:
     _venv("llama.cpp")
-    gone = tmp_path / "no-venv" / "bin" / "python"
-    done = run_cli_in_process("bench", "--engine", "llama.cpp", "--engine", f"vllm={gone}", "--gen-tokens", "3",
+    # An interpreter that exists but holds no vLLM (this one): the engine fails in its child, after llama.cpp ran. (A
+    # missing interpreter is refused before any engine runs: the next test.)
+    python = sys.executable
+    done = run_cli_in_process("bench", "--engine", "llama.cpp", "--engine", f"vllm={python}", "--gen-tokens", "3",
                               "--reps", "1", "--json")
     assert done.returncode == 2
     data = json.loads(done.stdout)  # the result is whole JSON on stdout, the failure on stderr
     rows = {row["engine"]: row for row in data["engines"]}
     assert rows["llama.cpp"]["ok"] and rows["llama.cpp"]["decode_tok_s"]["mean"] > 0
-    assert rows["vllm"] == {**rows["vllm"], "ok": False,
-                            "error": f"the interpreter {gone} does not exist: pass --engine vllm=PATH to an existing "
-                                     "python"}
+    assert not rows["vllm"]["ok"] and rows["vllm"]["error"].startswith("import: this interpreter cannot import vllm")
     errors = [line for line in done.stderr.splitlines() if line.startswith("iotrace: error:")]
-    assert errors == [f"iotrace: error: engine vllm ({gone}): the interpreter {gone} does not exist: pass --engine "
-                      "vllm=PATH to an existing python"]
+    assert errors == [f"iotrace: error: engine vllm ({python}): {rows['vllm']['error']}"]
     assert re.search(r"^iotrace bench --engine \[ *[\d.]+ s\] llama.cpp: loading and running", done.stderr, re.M)
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ("/nope/python", "the interpreter /nope/python does not exist — pass --engine vllm=PATH to an existing python"),
+    ("/", "the interpreter / is a folder — pass --engine vllm=PATH to a python executable (a venv's bin/python)"),
+    (__file__, f"the interpreter {__file__} is not executable — pass --engine vllm=PATH to a python executable"),
+], ids=["missing", "a-folder", "not-executable"])
+def test_an_interpreter_that_cannot_start_is_refused_before_any_engine_runs(given: str, says: str) -> None:
+    """``--engine vllm=/nope/python`` failed after 56 s (the model converted, the tokenizer loaded, the other engines
+    run): now one line naming the engine, the path and what to do, exit 2, before any of that."""
+    started = time.monotonic()
+    done = run_cli("bench", "--engine", f"vllm={given}", "--gen-tokens", "2", "--reps", "1")
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"iotrace: error: --engine vllm={given}: {says}"), done.stderr
+    assert done.stderr.count("\n") == 1
+    assert elapsed < 20, f"{elapsed:.1f} s"  # a hang guard, not a speed check: it takes a fraction of a second
 
 
 @pytest.mark.slow  # vLLM's CPU engine loads in 35-55 s on two cores; the four engines take about 90 s together

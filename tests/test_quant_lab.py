@@ -28,6 +28,7 @@ pytest.importorskip("transformers", reason="the model tests need iotrace[model]"
 
 from iotrace.cards import lookup
 from iotrace.errors import InvalidValueError
+from iotrace.model.eval_text import reference_tokens
 from iotrace.model.gguf_file import fast_gguf_package, open_gguf, pinned_gguf
 from iotrace.model.ops import TorchOps
 from iotrace.model.quality import quality_drop, reference_text, teacher_forced_logits, text_ids
@@ -61,6 +62,7 @@ def lab(baseline):
 def test_shipped_text_is_long_enough(baseline) -> None:
     _, tokenizer = baseline
     assert len(text_ids(tokenizer)) >= 2000
+    assert len(text_ids(tokenizer)) == reference_tokens()  # the length eval_text.toml states, checked before loading
     assert reference_text().startswith("It is a truth universally acknowledged")
     assert text_ids(tokenizer, tokens=10) == text_ids(tokenizer)[:10]
     with pytest.raises(InvalidValueError, match="99999 tokens"):
@@ -166,7 +168,7 @@ def test_cli_markdown_header_names_the_baseline(baseline) -> None:
     (["--format", "int4-asym-g100"], "block of 100", False),
     (["--format", "q5_9"], "'q5_9'", False),
     (["--card", "no-such-card"], "no-such-card", False),
-    (["--format", "q8_0", "--tokens", "99999"], "99999 tokens", True),  # past the tokenizer's load: a real process
+    (["--format", "q8_0", "--tokens", "99999"], "--tokens 99999: the evaluation text has 3669 tokens", True),
 ])
 def test_cli_bad_input_exits_2_with_one_line(args: list[str], named: str, process: bool) -> None:
     if process:
@@ -177,6 +179,22 @@ def test_cli_bad_input_exits_2_with_one_line(args: list[str], named: str, proces
     assert code == 2, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and named in lines[0], err
+
+
+@pytest.mark.parametrize("args", [["--tokens", "1e9"], ["--kv", "--tokens", "5000"]], ids=["formats", "kv"])
+def test_tokens_past_the_text_are_refused_before_the_model_loads(args: list[str]) -> None:
+    """``--tokens 1e9`` was refused after 30 s on a cold cache (the tokenizer built, the text tokenized), though the
+    docs say "before the model loads": now from the text's stated length, before torch is imported."""
+    import time
+
+    started = time.monotonic()
+    done = run_cli("quant", *args)
+    elapsed = time.monotonic() - started
+    tokens = 1_000_000_000 if "1e9" in args else 5000
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr == (f"iotrace: error: --tokens {tokens}: the evaluation text has 3669 tokens — pass --tokens "
+                           "3669 or fewer\n")
+    assert elapsed < 20, f"{elapsed:.1f} s"  # a hang guard, not a speed check: it takes a fraction of a second
 
 
 def test_cli_list_formats_json() -> None:

@@ -136,6 +136,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _request(args: argparse.Namespace):
+    if args.prompt is not None and not args.prompt.strip():  # said before torch, the model and its tokenizer load
+        raise InvalidValueError(f"--prompt {args.prompt!r} is empty", "give the prompt text, leave --prompt out for "
+                                                                      "the shipped prompt, or pass --prompt-tokens N")
     from iotrace.model.measure import BenchRequest
 
     if args.model is not None and args.model.lower() not in ("smollm2-135m", "smollm2", "smollm2-135m-instruct"):
@@ -222,11 +225,11 @@ def _cmd_spec(args: argparse.Namespace, request) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
+    request = _request(args)  # first: a bad request is one line before torch is imported
     from iotrace.cli.output import progress_lines
     from iotrace.model.measure import run_bench
     from iotrace.render.bench import bench_markdown, print_bench
 
-    request = _request(args)
     if args.spec:
         _cmd_spec(args, request)
         return

@@ -88,9 +88,26 @@ def check_engine_options(args: argparse.Namespace) -> None:
         raise InvalidValueError(f"--concurrency {args.concurrency} with {others}: only vllm takes concurrent "
                                 "requests here (llama-cpp-python's Llama and the reference decoders run one "
                                 "sequence)", "drop --concurrency, or run --engine vllm alone")
+    _check_interpreters(args.engine)
     if args.dtype is not None and args.dtype != "fp32" and not __import__("torch").cuda.is_available():
         raise InvalidValueError(f"--dtype {args.dtype} on a CPU: the engines' CPU builds compute in fp32 here",
                                 "drop --dtype")
+
+
+def _check_interpreters(specs: list[Any]) -> None:
+    """Every engine's interpreter exists and is executable, before the model is converted, the tokenizer loaded or
+    any engine started (a missing one was found after the others had run, a minute later)."""
+    from iotrace.engines.launch import interpreter_problem
+    from iotrace.engines.registry import registry
+
+    engines = registry().engines
+    for spec in specs:
+        if spec.name in engines and not engines[spec.name].offline:
+            continue  # a serve-only engine: run_engine says it has no offline runner, whatever its interpreter
+        problem = interpreter_problem(spec)
+        if problem is not None:  # its own words, "...: pass --engine NAME=PATH ...", as one line's problem and fix
+            said, _, fix = problem.partition(": pass ")
+            raise InvalidValueError(f"--engine {spec.label}: {said}", f"pass {fix}" if fix else "")
 
 
 def _comparison(args: argparse.Namespace, request: Any):

@@ -52,6 +52,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_quant(args: argparse.Namespace) -> None:
+    from iotrace.model.eval_text import check_tokens
+
+    check_tokens(args.tokens)  # the text's stated length: before torch, the tokenizer and the model load
     from iotrace.cards import lookup
     from iotrace.model.quant_formats import format_listing, parse_formats
     from iotrace.render.quant import print_formats, print_quant, quant_markdown
@@ -84,8 +87,8 @@ def _cmd_quant(args: argparse.Namespace) -> None:
 
 
 def _pinned_model(tokens: int | None, check: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
-    """The pinned model's fp32 weights and tokenizer; ``check(config)`` and a --tokens beyond the shipped text fail
-    before the 10 s of loading the weights."""
+    """The pinned model's fp32 weights and tokenizer; ``check(config)`` and a --tokens beyond the shipped text (checked
+    again on its token ids) fail before the 10 s of loading the weights."""
     from iotrace.model.gguf_file import open_gguf, pinned_gguf
     from iotrace.model.quality import text_ids
     from iotrace.model.quant_lab import load_baseline

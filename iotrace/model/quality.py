@@ -11,15 +11,13 @@ exp(mean −log p(next token)) of each model with its relative change.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import asdict, dataclass
-from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from iotrace.errors import DataFileError, InvalidValueError
+from iotrace.errors import InvalidValueError
+from iotrace.model.eval_text import EVAL_TEXT_SOURCE, reference_text
 
 if TYPE_CHECKING:
     from iotrace.model.ops import Ops
@@ -32,25 +30,6 @@ __all__ = ["EVAL_TEXT_SOURCE", "QualityDrop", "quality_drop", "reference_text", 
 _CHUNK_ROWS = 256
 
 
-@cache
-def _eval_file() -> dict[str, Any]:
-    try:
-        raw = resources.files("iotrace.data").joinpath("eval_text.toml").read_text(encoding="utf-8")
-        data = tomllib.loads(raw)
-        data["text"]["body"] = data["text"]["body"].strip()
-        return data
-    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError) as exc:
-        raise DataFileError(f"iotrace/data/eval_text.toml cannot be read ({exc})",
-                            "reinstall iotrace or restore the file from git") from exc
-
-
-def reference_text() -> str:
-    """The shipped evaluation text (3,669 tokens of the pinned model's tokenizer)."""
-    return _eval_file()["text"]["body"]
-
-
-#: One line naming the shipped text, for headers and notes.
-EVAL_TEXT_SOURCE = "Jane Austen, Pride and Prejudice, chapters 1-3 (1813; public domain; iotrace/data/eval_text.toml)"
 
 
 def text_ids(tokenizer: Any, text: str | None = None, tokens: int | None = None) -> list[int]:

@@ -20,9 +20,12 @@ def _f(value: float | None, digits: int = 1) -> str:
 
 
 def _pm(spread: dict[str, Any], digits: int = 1) -> str:
+    """``mean ± standard deviation``; one repetition has no spread (the sample deviation needs two), so its ± is
+    n/a, not a 0.0 that reads as a perfectly steady figure."""
     if not spread["values"]:
         return "n/a"
-    return f"{spread['mean']:,.{digits}f} ± {spread['stddev']:,.{digits}f}"
+    spread_text = f"{spread['stddev']:,.{digits}f}" if len(spread["values"]) > 1 else "n/a"
+    return f"{spread['mean']:,.{digits}f} ± {spread_text}"
 
 
 def _gb(n: float | None) -> str:

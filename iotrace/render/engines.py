@@ -14,9 +14,11 @@ _COLUMNS = ("engine", "device", "weights read", "MB/token", "decode tok/s", "wal
 
 
 def _pm(spread: dict[str, Any] | None, digits: int = 1) -> str:
+    """``mean ± standard deviation``; with one repetition the ± is n/a (a sample deviation needs two)."""
     if not spread:
         return "n/a"
-    return f"{spread['mean']:.{digits}f} ± {spread['stddev']:.{digits}f}"
+    one = len(spread.get("values", ())) == 1
+    return f"{spread['mean']:.{digits}f} ± {'n/a' if one else format(spread['stddev'], f'.{digits}f')}"
 
 
 def _agreement(row: dict[str, Any]) -> str:
