@@ -1,8 +1,9 @@
 """What leads a report, tested on real corpus files against a computation here with ``sqlite3`` or ``json`` (never
 iotrace's parsers on the reference side): a blocking call is bounded by the GPU idle it leaves, not by the GPU work it
-waits for, so a kernel that is the whole workload ranks above the sync that waits for it (issue 46, item 3); many
-launches too short for more blocks to help are one finding, and the grid advice is kept for kernels long enough for it
-(item 4).
+waits for, so a kernel that is the whole workload ranks above the sync that waits for it (issue 46, item 3), and only
+such a kernel (half of kernel time or more) gets a gain, bounded by its time above its roofline floor where counters
+give one; many launches too short for more blocks to help are one finding, and the grid advice is kept for kernels
+long enough for it (item 4).
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ import pytest
 
 from iotrace.trace import load
 from iotrace.trace.findings.launch_rules import TINY_LAUNCH_NS
+from iotrace.trace.findings.timeline_rules import WORKLOAD_SHARE_PCT
 from iotrace.trace.reports.records import Finding
 from iotrace.trace.reports.report import Report, build_report
-from tests.conftest import CORPUS, cli_in_process
+from tests.conftest import CORPUS, cli_in_process, write_kineto
 
 GTX1650 = "nsys/gtx1650_windows_matmul_pageable_memcpy_nsys2025.3.sqlite"
 CLOVERLEAF = "nsys/a100_sxm4_80gb_cloverleaf_nsys2024.5.sqlite"
 V100 = "kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz"
+V100_NS = "kineto/v100_sxm2_32gb_ns_resolution_kineto.json.gz"
+MI100 = "rocprof/mi100_vcopy_omniperf2.0_rocm6.0"
+BF16 = "rocprof/mi300x_bf16_bmm_rocprof-compute3.3_rocm7.1"
 UM_ADD = "nsys/rtx4060laptop_um_add_1block_nsys2023.4.sqlite"
 H100_1BLOCK = "ncu-rep/h100_stochastic_round_bf16_1block_full_ncu2024.3.ncu-rep"
 
@@ -92,7 +97,8 @@ def test_the_kernel_not_the_sync_that_waits_for_it_leads_the_gtx1650_report(corp
     assert (len(calls), duration, held, idle) == (2, 9_932_539, 10_037_337, 161_281)
     first = _report(GTX1650).findings[0]
     assert first.rule == "top-kernel" and first.kernel == kernel == "matrixMulKernel(float *, float *, float *, int)"
-    assert first.gain.ns == pytest.approx(duration)
+    assert first.gain.ns == pytest.approx(duration)  # the workload: no counters, so its whole time bounds it
+    assert "100% of kernel time, at least half" in first.gain.reasoning
     [sync] = _rule(GTX1650, "sync-api")
     assert sync.gain.ns == pytest.approx(idle)  # the GPU idle it leaves, not the 10 ms of GPU work it waits for
     assert "held the host 10.037 ms in all and left the GPU idle 0.161 ms after them" in sync.text
@@ -103,6 +109,80 @@ def test_the_kernel_not_the_sync_that_waits_for_it_leads_the_gtx1650_report(corp
                                                        "(1 launch, 9.933 ms).")
     assert "saves up to 9.93 ms (71% of the 13.9 ms span)" in top
     assert "saves up to 10 ms" not in top  # the symptom no longer claims the cause's time
+
+
+def _kernel_time_by_name(events: list[dict]) -> dict[str, float]:
+    by_name: dict[str, float] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            by_name[e["name"]] = by_name.get(e["name"], 0.0) + e["dur"] * 1000
+    return by_name
+
+
+def test_a_kernel_that_is_not_the_workload_gets_no_gain_on_the_v100_trace(corpus: Path) -> None:
+    """The V100 ns-resolution training trace's top kernel takes 6% of kernel time: its whole time is no estimate of
+    what tuning it saves (removing a kernel is not tuning it), so it states no gain and does not lead the report, as
+    before issue 46 item 3 ("saves up to" its whole 26 ms led it)."""
+    by_name = _kernel_time_by_name(_kineto_events(corpus / V100_NS))
+    name, top = max(by_name.items(), key=lambda item: item[1])
+    share = 100 * top / sum(by_name.values())
+    assert round(share, 2) == 5.62 and share < WORKLOAD_SHARE_PCT
+    findings = _report(V100_NS).findings
+    [kernel] = _rule(V100_NS, "top-kernel")
+    assert kernel.kernel == name and kernel.gain is None
+    assert kernel.text.startswith("The top kernel takes 6% of kernel time")
+    assert findings[0].rule != "top-kernel" and findings[0].gain is not None
+    assert findings.index(kernel) > max(i for i, f in enumerate(findings) if f.gain is not None)  # after the bounded
+    code, out, _ = cli_in_process("report", str(corpus / V100_NS), "--top", "100")
+    lines = out.splitlines()
+    at = next(i for i, x in enumerate(lines) if "The top kernel takes 6% of kernel time" in x)
+    assert code == 0 and "gain not estimated" in lines[at + 2] and "saves up to 26.3 ms" not in out
+
+
+def _two_kernels(tmp_path: Path, first_us: float, rest_us: tuple[float, ...]) -> Report:
+    """A Kineto trace of one kernel of ``first_us`` and one of each of ``rest_us``, back to back."""
+    events, at = [], 100.0
+    for i, (name, dur) in enumerate((("first", first_us), *((f"other{j}", d) for j, d in enumerate(rest_us))),
+                                    start=1):
+        events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": at, "dur": dur,
+                       "args": {"device": 0, "stream": 7, "correlation": i, "grid": [264, 1, 1],
+                                "block": [256, 1, 1]}})
+        at += dur + 1.0
+    return build_report(load(write_kineto(tmp_path / f"top_{first_us:g}.json", events)), top=100)
+
+
+@pytest.mark.parametrize(("first_us", "rest_us", "gained"), [
+    (500.0, (500.0,), True),  # half of kernel time: the workload
+    (600.0, (300.0, 100.0), True),
+    (490.0, (300.0, 210.0), False),  # just under half: others together are worth more
+])
+def test_the_top_kernel_gets_a_gain_from_half_of_kernel_time(tmp_path: Path, first_us: float,
+                                                             rest_us: tuple[float, ...], gained: bool) -> None:
+    [top] = [f for f in _two_kernels(tmp_path, first_us, rest_us).findings if f.rule == "top-kernel"]
+    assert top.kernel == "first"
+    if gained:
+        assert top.gain is not None and top.gain.ns == pytest.approx(first_us * 1000)
+    else:
+        assert top.gain is None
+
+
+@pytest.mark.parametrize("name", [MI100, BF16])
+def test_the_workload_kernel_is_bounded_by_its_time_above_its_roofline_floor(corpus: Path, name: str) -> None:
+    """rocprof-compute's captures hold timestamps and counters: the top kernel (all of the MI100 vcopy run, 84% of
+    the MI300X bf16 batched GEMM's) is the workload, and its counters put it at x% of its attainable roof, so x of its
+    time is the floor that tuning, short of moving fewer bytes or doing fewer FLOPs, cannot save. Its gain is the time
+    above the floor, the bound verdict's, not its whole time."""
+    report = _report(name)
+    [top] = _rule(name, "top-kernel")
+    [row] = [k for k in report.every_row if k.name == top.kernel]
+    [bound] = [f for f in report.findings if f.rule == "bound" and f.kernel_id == row.kernel_id]
+    x = row.roofline.utilisation_pct
+    assert top.evidence[0].value >= WORKLOAD_SHARE_PCT and 0 < x < 100
+    assert top.gain.ns == pytest.approx(row.total_ns * (1 - x / 100)) == pytest.approx(bound.gain.ns)
+    assert top.gain.ns < row.total_ns  # no longer its whole time
+    assert top.evidence[-1].metric == "time above its roofline floor"
+    assert top.evidence[-1].value == round(top.gain.ns / 1e6, 3)
+    assert "at its roofline floor" in top.gain.reasoning and "at least half" in top.gain.reasoning
 
 
 def test_a_sync_that_leaves_the_gpu_idle_stays_a_finding(corpus: Path) -> None:

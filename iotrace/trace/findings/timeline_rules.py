@@ -12,11 +12,13 @@ traces alike. Each takes :class:`TimelineFacts`.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
+from iotrace.trace.findings.kernel_rules import BOUND
 from iotrace.trace.findings.launch_rules import TINY_LAUNCH_NS, function_name
 from iotrace.trace.findings.rule import Rule
 from iotrace.trace.reports.origin import is_communication
@@ -27,7 +29,8 @@ from iotrace.trace.reports.timeline import MEMCPY_SHARE, Timeline
 from iotrace.trace.reports.vendor import Vocabulary, vocabulary_of
 from iotrace.trace.tables import TraceTables
 
-__all__ = ["GAP_NS", "LAUNCH_BOUND_RUN", "TIMELINE_RULES", "UTIL_CHUNKS", "UTIL_PCT", "TimelineFacts", "idle_left"]
+__all__ = ["GAP_NS", "LAUNCH_BOUND_RUN", "TIMELINE_RULES", "UTIL_CHUNKS", "UTIL_PCT", "WORKLOAD_SHARE_PCT",
+           "TimelineFacts", "floor_bounded", "idle_left"]
 
 NSYS_RULES = "Nsight Systems User Guide, 'Expert Systems Analysis'"
 CUDA_GRAPHS_BLOG = "NVIDIA Technical Blog, 'Getting Started with CUDA Graphs'"
@@ -46,6 +49,9 @@ CALL_FLOOR = 0.01
 #: The tiny-launches finding names the kernels with the most time among them, this many (iotrace's choice: the first
 #: few say where to start; the evidence counts them all).
 TINY_NAMED = 3
+#: From half of kernel time the top kernel is the workload: no other kernel, nor all of them, can be worth more than
+#: tuning it (Amdahl 1967, "Validity of the single processor approach to achieving large scale computing capabilities").
+WORKLOAD_SHARE_PCT = 50.0
 
 
 @dataclass(frozen=True)
@@ -473,18 +479,53 @@ def _top_kernel(facts: TimelineFacts) -> list[Finding]:
     first = line.top_kernels.iloc[0]
     launches = int(first["launches"])
     name = str(first["name"])
-    # Tuning a kernel saves at most its own time (Amdahl's law): that bounds this advice as every other finding's
-    # gain is bounded, so a kernel that is the whole workload ranks above the calls that only wait for it. A
-    # collective's time is mostly waiting on its peers: the exposed-communication finding bounds what overlap saves.
-    total = float(first["total_ns"])
-    gain = None if is_communication(name) or not total > 0 else facts.gain(
-        total, "tuning a kernel saves at most its own time (Amdahl's law); its profile says how much")
-    return [Finding("timeline", f"The top kernel takes {float(first['share_pct']):.0f}% of kernel time "
+    total, share = float(first["total_ns"]), float(first["share_pct"])
+    # Only a kernel that is the workload gets a gain: its own time bounds what tuning it saves (Amdahl's law), and
+    # no other kernel can be worth more. Below half of kernel time its whole time is no estimate (removing a kernel is
+    # not tuning it): "gain not estimated". Where the trace's counters give its roofline floor, the time above it
+    # bounds the gain instead (:func:`floor_bounded`, once the kernel rows' verdicts are drawn). A collective's time
+    # is mostly waiting on its peers: the exposed-communication finding bounds what overlap saves.
+    gain = None
+    if not is_communication(name) and total > 0 and share >= WORKLOAD_SHARE_PCT:
+        gain = facts.gain(total, f"{_amdahl(share)}; its profile says how much")
+    return [Finding("timeline", f"The top kernel takes {share:.0f}% of kernel time "
                                 f"({launches} launch{'es' * (launches != 1)}, {total / 1e6:.3f} ms).",
-                    (Evidence("share", round(float(first["share_pct"]), 2), "", "%"),),
+                    (Evidence("share", round(share, 2), f"gain estimated from {WORKLOAD_SHARE_PCT:g}%: Amdahl's law",
+                              "%"),),
                     f"Profile this kernel with {_profile_with(facts.vocab)} first: it bounds what tuning anything else "
                     "can win.",
                     "measured", None, name, "info", TOP_KERNEL.id, gain)]
+
+
+def _amdahl(share: float) -> str:
+    return (f"it takes {share:.0f}% of kernel time, at least half: tuning it saves at most its own time, and no other "
+            "kernel can save more (Amdahl's law)")
+
+
+def floor_bounded(findings: Sequence[Finding]) -> list[Finding]:
+    """``findings`` with the top kernel's gain bounded by its time above its roofline floor, where the trace's counters
+    give that floor: each of its rows (launch configurations) with a ``bound`` finding, at x% of the binding roof,
+    spends x of its time at the floor, which no tuning short of moving fewer bytes or doing fewer FLOPs saves; a row
+    without one keeps its whole time. A top kernel without a gain (under half of kernel time) stays without one."""
+    out = list(findings)
+    at = next((i for i, f in enumerate(out) if f.rule == TOP_KERNEL.id), None)
+    top = None if at is None else out[at]
+    if top is None or top.gain is None or top.gain.ns is None:
+        return out
+    rows = [f.gain for f in out if f.rule == BOUND.id and f.kernel == top.kernel and f.gain is not None
+            and f.gain.of_ns]
+    if not rows:
+        return out
+    total = top.gain.ns
+    floor = min(total, sum((1.0 - g.fraction) * g.of_ns for g in rows))  # type: ignore[operator]
+    above, of_ns = total - floor, top.gain.of_ns or total
+    reasoning = (f"{_amdahl(float(top.evidence[0].value))}; its counters put {floor / 1e6:.3f} ms of its "
+                 f"{total / 1e6:.3f} ms at its roofline floor (its bound verdict), which only fewer bytes or FLOPs "
+                 "can save: the time above it bounds the gain")
+    evidence = (*top.evidence, Evidence("time above its roofline floor", round(above / 1e6, 3),
+                                        f"{total / 1e6:.3f} ms less the floor its counters give", "ms"))
+    out[at] = replace(top, evidence=evidence, gain=Gain(above / of_ns if of_ns else 0.0, of_ns, reasoning))
+    return out
 
 
 def _profile_with(v: Vocabulary) -> str:
@@ -492,8 +533,10 @@ def _profile_with(v: Vocabulary) -> str:
     return v.kernel_profiler if not v.amd else f"{v.kernel_profiler} ({v.kernel_profile_command})"
 
 
-TOP_KERNEL = Rule("top-kernel", "timeline", "always: the kernel with the most GPU time", "Amdahl's law: it bounds "
-                  "what tuning anything else can win", _top_kernel, scope="timeline")
+TOP_KERNEL = Rule("top-kernel", "timeline", "always: the kernel with the most GPU time; a gain from "
+                  f"{WORKLOAD_SHARE_PCT:g}% of kernel time", "Amdahl's law (Amdahl 1967, 'Validity of the single "
+                  "processor approach to achieving large scale computing capabilities'): it bounds what tuning "
+                  "anything else can win", _top_kernel, scope="timeline")
 
 TIMELINE_RULES: tuple[Rule, ...] = (GPU_GAPS, GPU_UTIL, PAGEABLE, SYNC_MEMCPY, SYNC_MEMSET, SYNC_API,
                                     LAUNCH_BOUND, TINY_LAUNCHES, EXPOSED, COPY_SHARE, TOP_KERNEL)
