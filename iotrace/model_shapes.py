@@ -54,6 +54,8 @@ def model(name: str) -> ModelShape:
     found = index.get(_normalise(name))
     if found is None:
         close = difflib.get_close_matches(_normalise(name), list(index), n=3, cutoff=0.5)
-        hint = f"did you mean {', '.join(index[c].key for c in close)}? " if close else ""
+        # A model matches by key, name and aliases: two close spellings of one model are one suggestion.
+        keys = list(dict.fromkeys(index[c].key for c in close))
+        hint = f"did you mean {', '.join(keys)}? " if keys else ""
         raise InvalidValueError(f"no model called {name!r}", f"{hint}known: {', '.join(models())}")
     return found

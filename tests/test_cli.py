@@ -262,6 +262,20 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_pa
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize(("args", "suggested"), [
+    (["math", "kv", "--model", "llama-3-7b", "--tokens", "1k"], ["llama-3-70b", "llama-3-8b"]),
+    (["math", "kv", "--model", "llama3-7", "--tokens", "1k"], ["llama-3-70b", "llama-3-8b"]),
+    (["card", "rtx309"], ["rtx3090", "rtx5090", "rtx4090", "rtx3080"]),
+])
+def test_did_you_mean_names_each_suggestion_once(args: list[str], suggested: list[str]) -> None:
+    """A model matches by key, name and aliases, so two close spellings of one model were two suggestions ("did you
+    mean llama-3-70b, llama-3-8b, llama-3-70b?"): each is named once."""
+    result = run_cli(*args) if args[0] == "math" and "llama3-7" in args else _in_process(*args)
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and f"did you mean {', '.join(suggested)}? " in line, line
+
+
 def test_card_without_name_or_gpu_is_a_clear_error() -> None:
     import torch
 

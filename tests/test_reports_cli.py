@@ -147,3 +147,13 @@ def test_help_lists_the_flags() -> None:
     for flag in ("--kernel", "--card", "--format", "--json", "--output", "--ceilings", "--plugin", "--shape"):
         assert flag in result.stdout
     assert _in_process("diff", "--help").returncode == 0
+
+
+def test_a_launch_set_reads_in_one_unit(corpus: Path) -> None:
+    """The H100 GEMM's three launches: "4.05 ms per launch, 3 launches, 4.03 ms min / 4.04 median / 4.07 max", in the
+    unit of the per-launch time beside them, where it printed "4.03e+03 µs min"."""
+    done = _in_process("report", str(corpus / "ncu-rep/h100sxm_bf16_gemm_pc_pipeline_full_ncu2024.1.ncu-rep"))
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # the terminal wraps the line
+    assert "4.05 ms per launch, 3 launches, 4.03 ms min / 4.04 median / 4.07 max" in text
+    assert "e+03 µs" not in text

@@ -110,8 +110,11 @@ class KernelReport:
         text = f"{self.launches} launch{'es' * (self.launches != 1)}"
         stats = self.duration_stats
         if stats is not None and self.launches > 1:
-            text += (f", {stats['min'] / 1e3:.3g} µs min / {stats['median'] / 1e3:.3g} median / "
-                     f"{stats['max'] / 1e3:.3g} max")
+            # One unit for the set, the one the per-launch time beside it is printed in ("4.05 ms per launch, 10
+            # launches, 4.03 ms min / ..."), not µs in exponent form ("4.03e+03 µs min").
+            unit, scale = _time_unit(self.duration_ns or stats["median"])
+            text += (f", {stats['min'] / scale:.3g} {unit} min / {stats['median'] / scale:.3g} median / "
+                     f"{stats['max'] / scale:.3g} max")
         if self.measured_launches < self.launches:
             text += f" ({self.measured_launches} with a duration)"
         if self.configs_of_name > 1:
@@ -341,6 +344,14 @@ def _device_sms(tables: TraceTables, device: Any, card: Card | None) -> tuple[in
     if card is not None and card.sm_count:
         return card.sm_count, f"card {card.key}"
     return None, ""
+
+
+def _time_unit(ns: float) -> tuple[str, float]:
+    """The unit a time of ``ns`` nanoseconds reads in, as ``iotrace.trace.render.fmt.duration`` picks it."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return unit, scale
+    return "ns", 1.0
 
 
 def _smem(tables: TraceTables, kernels: pd.DataFrame) -> pd.DataFrame:
