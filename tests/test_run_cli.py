@@ -186,12 +186,12 @@ def test_a_shape_no_card_can_hold_or_launch_is_refused_at_once(args: list[str], 
 
 
 def test_a_config_over_the_shared_memory_limit_is_refused_before_ptxas(tmp_path) -> None:
-    """256 x 256 x 128 tiles over 8 warps on an RTX 3090 (99 KiB of shared memory a block): refused with the same
+    """256 x 256 x 128 tiles over 4 warps on an RTX 3090 (99 KiB of shared memory a block): refused with the same
     occupancy line as before, but the compile stops once Triton knows the block's shared memory (its LLVM IR), before
-    PTX and ptxas, which spill such a tile for minutes. A fresh compile cache, so it compiles here."""
+    PTX and ptxas, which spill such a tile (128 KiB of shared memory, 60 KB of spills a thread): the run took 21 s, the
+    compile alone 13 s where the stopped one takes 4 s. A fresh compile cache, so it compiles here."""
     started = time.monotonic()
-    done = run_cli("run", "gemm", "--card", "rtx3090", "--config",
-                   "BLOCK_M=256,BLOCK_N=256,BLOCK_K=128,num_warps=8,num_stages=5",
+    done = run_cli("run", "gemm", "--card", "rtx3090", "--config", "BLOCK_M=256,BLOCK_N=256,BLOCK_K=128,num_stages=5",
                    env={"IOTRACE_CACHE_DIR": str(tmp_path)})
     elapsed = time.monotonic() - started
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr

@@ -30,7 +30,7 @@ WORKER_ENV = {"TRITON_INTERPRET": "0", "TRITON_ALWAYS_COMPILE": "1", "TRITON_DUM
 
 class SharedMemoryOver(Exception):
     """Raised inside Triton's pipeline when a unit's shared memory, known once its LLVM IR is made, is over a limit:
-    the compile stops there, before PTX and ptxas (the slow half: minutes for a large tile that spills)."""
+    the compile stops there, before PTX and ptxas (the slow half for a large tile that spills)."""
 
     def __init__(self, shared: int) -> None:
         super().__init__(shared)
