@@ -52,8 +52,8 @@ def compile_resources(units: list[TritonUnit | CudaUnit], cc: str | tuple[int, i
     The first unit that does not compile raises its :class:`CompileError`. A Triton unit whose shared memory alone is
     over what a block may opt in to on ``cc`` cannot launch on any card of it: its compile stops once Triton knows
     that figure (its LLVM IR), before PTX and ptxas, the slow half for a large tile that spills (13 s against 4 s for a
-    256 x 256 x 128 GEMM tile on sm_86, minutes on sm_90 with 8 warps); its Resources
-    hold the shared memory and no register count (0), for the occupancy check to refuse it in the same words.
+    256 x 256 x 128 GEMM tile on sm_86); its Resources hold the shared memory and no register count (0), for the
+    occupancy check to refuse it in the same words.
     """
     from iotrace.sm_limits import sm_limits
 
