@@ -19,7 +19,8 @@ import pandas as pd
 import pytest
 
 from iotrace.trace import load
-from iotrace.trace.formats.ncu_rep import NO_RULES, NO_SECTIONS
+from iotrace.trace.formats.ncu_rep import NO_SECTIONS
+from iotrace.trace.formats.ncu_rep_rules import NO_RULES
 
 OLD_MODULE = Path(sys.prefix) / "ncu-report-2025.3"
 

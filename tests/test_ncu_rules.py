@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from iotrace.trace import load
-from iotrace.trace.formats.ncu_rep import NO_RULES, _probe_in_child, _rule_rows, rules_note
+from iotrace.trace.formats.ncu_rep import _probe_in_child
+from iotrace.trace.formats.ncu_rep_rules import NO_RULES, rule_rows, rules_note
 from iotrace.trace.reports.ncu_rules import StoredRule, bound_verdict, plain_message, rules_status, stored_rules
 from iotrace.trace.tables import TraceTables, build
 from tests.conftest import ncu_launches
@@ -176,22 +177,22 @@ def test_bound_verdict_reads_every_corpus_solbottleneck_title(reports: dict[str,
 def test_a_damaged_rule_payload_loses_only_its_own_rows(corpus: Path, reports: dict[str, Any]) -> None:
     """The reader's row conversion with real dicts altered: a key removed, a speedup that is not a number."""
     dicts = reports[H100_GEMM][1][0]
-    whole, problem = _rule_rows(0, dicts)
+    whole, problem = rule_rows(0, dicts)
     assert problem is None and len(whole) == len(dicts) == 14
     damaged = copy.deepcopy(dicts)
     del damaged[0]["rule_identifier"]
     [at] = [i for i, d in enumerate(damaged) if "speedup_estimation" in d][:1]
     damaged[at]["speedup_estimation"]["speedup"] = "36.4%"
-    rows, problem = _rule_rows(0, damaged)
+    rows, problem = rule_rows(0, damaged)
     assert problem == "result 1 of 14: no 'rule_identifier'; 1 more left out"
     assert rows == [row for i, row in enumerate(whole) if i not in (0, at)]
-    _, speedup_problem = _rule_rows(0, damaged[1:])
+    _, speedup_problem = rule_rows(0, damaged[1:])
     assert speedup_problem == f"result {at} of 13: speedup is '36.4%', not a number"
     note = rules_note(corpus / "ncu-rep" / H100_GEMM, 2, problem)
     assert note == (f"{H100_GEMM}: rule results of launch #2 could not be read (result 1 of 14: no 'rule_identifier'; "
                     "1 more left out): the rest of the report is unaffected")
-    assert _rule_rows(0, None) == ([], "ncu_report returned NoneType, not a list")
-    assert _rule_rows(0, ["x", *dicts[:1]]) == (whole[:1], "result 1 of 2: a str, not a dict")
+    assert rule_rows(0, None) == ([], "ncu_report returned NoneType, not a list")
+    assert rule_rows(0, ["x", *dicts[:1]]) == (whole[:1], "result 1 of 2: a str, not a dict")
     # The surviving rows build a table as the reader's do.
     tables = build(Path("x.ncu-rep"), kernels=[{"id": 0, "name": "k"}], rules=rows, meta={})
     assert list(tables.rules["rule_id"]) == [row["rule_id"] for row in rows]

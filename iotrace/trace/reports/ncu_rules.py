@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from iotrace.trace.formats.ncu_rep import NO_RULES, NOT_PROFILED_NOTE
+from iotrace.trace.formats.ncu_rep import NOT_PROFILED_NOTE
+from iotrace.trace.formats.ncu_rep_rules import NO_RULES
 from iotrace.trace.tables import TraceTables
 
 __all__ = ["NOT_PROFILED_NOTE", "StoredRule", "bound_verdict", "plain_message", "rule_results_of", "rules_status",
