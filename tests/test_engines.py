@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from iotrace.engines.compare import NEAR_TIE_LOGITS, agreement, engine_figures
+from iotrace.engines.compare import NEAR_TIE_LOGITS, QUANTISED_ACTIVATIONS, agreement, engine_figures
 from iotrace.engines.launch import EngineSpec, engines_dir, interpreter, parse_engine, run_engine
 from iotrace.errors import InvalidValueError
 from tests.conftest import run_cli, run_cli_in_process
@@ -67,7 +67,18 @@ def test_agreement_reads_the_divergence_against_the_margins_before_it() -> None:
     assert within["spread_before"] == pytest.approx(0.4)
     assert "within the 0.400" in within["verdict"] and "not a bug" in within["verdict"]
     tight = [[5, 10.0, 9, 8.05], [6, 9.0, 1, 8.0]]  # spread 0.05: a 0.3 margin is beyond it
-    assert agreement([5, 6, 3, 8], ref, ref_top2, tight)["verdict"].endswith("(0.050): not a tie")
+    beyond = agreement([5, 6, 3, 8], ref, ref_top2, tight)["verdict"]
+    assert beyond.endswith("(0.050) with the reference's own weights and dtype: not a tie, a bug to find"), beyond
+    # The same divergence from an engine whose arithmetic differs (llama.cpp's 8-bit activations) is named, not a bug:
+    # the two positions before it sample that arithmetic too thinly to call a 0.3-logit margin impossible.
+    quantised = agreement([5, 6, 3, 8], ref, ref_top2, tight, QUANTISED_ACTIVATIONS)
+    assert "beyond the spread measured before it (0.050 over 2 positions) but not a bug" in quantised["verdict"]
+    assert "quantised to 8 bits" in quantised["verdict"] and "a bug to find" not in quantised["verdict"]
+    from iotrace.render.engines import _agreement
+
+    assert _agreement({"agreement": quantised}) == "same 2/4, then beyond spread, 8-bit activations (margin 0.300)"
+    assert _agreement({"agreement": agreement([5, 6, 3, 8], ref, ref_top2, tight)}).endswith("NOT a tie (margin 0.300)")
+    assert _agreement({"agreement": within}).endswith("within spread 0.400 (margin 0.300)")
     assert agreement([5, 6, 7], ref, ref_top2, ref_top2)["diverged_at"] == 3  # shorter: diverges where it ends
 
 

@@ -13,7 +13,8 @@ Every engine gets the same prompt token ids (the GGUF's tokenizer), greedy decod
 - agreement with transformers' tokens: the identical prefix, and where they diverge, the reference's margin between
   its top two logits there. A near-tie is a legitimate divergence, and so is a margin within the spread the two
   engines' margins showed before it (llama.cpp quantises activations to 8 bits: its logits differ by tenths); a
-  margin beyond both is a bug.
+  margin beyond both is a bug for an engine with the reference's weights and dtype, and for one whose arithmetic
+  differs (llama.cpp's 8-bit activations) the verdict names that arithmetic instead.
 
 A table, not a ranking: no engine's figure is divided by another's.
 """
@@ -30,7 +31,8 @@ from iotrace.engines.launch import EngineRun, EngineSpec, rerun_line, run_engine
 if TYPE_CHECKING:
     from iotrace.cards import Card
 
-__all__ = ["NEAR_TIE_LOGITS", "EngineComparison", "agreement", "compare_engines", "engine_figures"]
+__all__ = ["NEAR_TIE_LOGITS", "QUANTISED_ACTIVATIONS", "EngineComparison", "agreement", "compare_engines",
+           "engine_figures"]
 
 #: A divergence where the reference's top two logits are this close is a near-tie, not a bug: the acceptance rule of
 #: docs/commands/bench.md ("Engines side by side"), chosen as fp32 rounding of 30 layers' logits is ~1e-3 and
@@ -87,10 +89,22 @@ def _margin(top2: list) -> float:
     return top2[1] - top2[3]
 
 
-def agreement(tokens: list[int], reference: list[int], ref_top2: list[list], own_top2: list[list]) -> dict[str, Any]:
+#: What an engine that reads the weights as stored does to its arithmetic, for the verdict beyond the measured spread:
+#: ggml quantises each activation row to the weight type's ``vec_dot_type`` before a quantised matmul (Q8_1 for the
+#: Q4_1 GGUF: ggml-cpu's type traits, ``ggml_compute_forward_mul_mat``), so its logits differ from an fp32 run's by
+#: an amount the positions before a divergence only sample.
+QUANTISED_ACTIVATIONS = ("its activations are quantised to 8 bits before each matmul (ggml's vec_dot_type), so "
+                         "a margin this size is within what that arithmetic can move; more tokens measure the "
+                         "spread better")
+
+
+def agreement(tokens: list[int], reference: list[int], ref_top2: list[list], own_top2: list[list],
+              own_arithmetic: str | None = None) -> dict[str, Any]:
     """The identical prefix of ``tokens`` and the reference's; at a divergence, the reference's margin between its top
     two logits there, against the spread of the two engines' margins measured at the positions before it (where both
-    ranked the same two tokens first). ``*_top2``: per position ``[id1, logit1, id2, logit2]``."""
+    ranked the same two tokens first). ``*_top2``: per position ``[id1, logit1, id2, logit2]``. ``own_arithmetic``
+    says how the engine's arithmetic differs from the reference's (None: the same weights in the same dtype); a
+    divergence beyond the measured spread is a bug only where it is None, and named with the reason otherwise."""
     n = min(len(tokens), len(reference))
     prefix = next((i for i in range(n) if tokens[i] != reference[i]), n)
     if prefix == n and len(tokens) == len(reference):
@@ -107,9 +121,14 @@ def agreement(tokens: list[int], reference: list[int], ref_top2: list[list], own
     elif spread is not None and margin <= spread:
         verdict = (f"diverged at a margin of {margin:.3f} logits, within the {spread:.3f} the two engines' margins "
                    "differed by before it: arithmetic, not a bug")
+    elif own_arithmetic is not None:
+        verdict = (f"diverged at a margin of {margin:.3f} logits, beyond the spread measured before it "
+                   f"({'none' if spread is None else f'{spread:.3f}'} over {len(pairs)} positions) but not a bug: "
+                   f"{own_arithmetic}")
     else:
         verdict = (f"diverged at a margin of {margin:.3f} logits, beyond the engines' measured spread "
-                   f"({'none measured' if spread is None else f'{spread:.3f}'}): not a tie")
+                   f"({'none measured' if spread is None else f'{spread:.3f}'}) with the reference's own weights "
+                   "and dtype: not a tie, a bug to find")
     return {"identical_prefix": prefix, "of": len(reference), "diverged_at": prefix, "margin": margin,
             "spread_before": spread, "verdict": verdict}
 
@@ -204,7 +223,8 @@ def compare_engines(request: EngineComparison, card: Card | None,
                        weights=weights, load_s=result["load_s"], tokens=result["tokens"],
                        tokens_stable=result["tokens_stable"], concurrency=batch, **figures,
                        walls=_walls(figures, weights, result["device"], batch, context, config, bandwidth, card),
-                       agreement=agreement(result["tokens"], ref_tokens, ref_top2, result.get("top2", []))
+                       agreement=agreement(result["tokens"], ref_tokens, ref_top2, result.get("top2", []),
+                                           QUANTISED_ACTIVATIONS if result["weights"].get("as_stored") else None)
                        if ref_tokens else None)
             if result.get("profile"):
                 row["profile"] = {**result["profile"], "cost": profile_cost(result["profile"], result["reps"])}
