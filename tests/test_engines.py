@@ -82,6 +82,20 @@ def test_agreement_reads_the_divergence_against_the_margins_before_it() -> None:
     assert agreement([5, 6, 7], ref, ref_top2, ref_top2)["diverged_at"] == 3  # shorter: diverges where it ends
 
 
+def test_a_run_on_a_busy_machine_says_so() -> None:
+    """Issue 46: llama.cpp at 3.8 tok/s for a 135M model on a loaded machine gave no hint. The one-minute load average
+    before the run (proc(5)) against the cores says whether other work competed."""
+    from iotrace.engines.machine_load import MachineLoad, machine_load
+
+    busy = MachineLoad(1.5, 2)
+    assert busy.busy and busy.label().startswith("the machine was busy before this run: load average 1.50 on 2 cores")
+    assert busy.to_dict() == {"load_1min": 1.5, "cores": 2, "busy": True}
+    assert MachineLoad(0.99, 2).label() is None and MachineLoad(1.0, 2).busy  # from half the cores
+    assert MachineLoad(None, 2).label() is None  # no load average on this platform: nothing is claimed
+    here = machine_load()
+    assert here.cores == os.cpu_count() and here.load_1min == pytest.approx(os.getloadavg()[0], abs=2.0)
+
+
 def test_figures_come_from_llama_cpp_counters_where_present_else_the_runner_clock() -> None:
     clock = {"reps": [{"prefill_s": 0.5, "step_s": [0.1, 0.3], "counters": {}},
                       {"prefill_s": 0.25, "step_s": [0.2, 0.2], "counters": {}}], "timing": {"decode": "runner"}}
@@ -211,6 +225,9 @@ def test_the_pinned_model_through_four_engines_agrees_with_transformers() -> Non
         assert walls["card"]["tok_s"] == pytest.approx(1008e9 / step)  # RTX 4090: 1008 GB/s (CardBook)
         assert walls["card"]["fraction"] is None and "a CPU run is not a fraction" in walls["card"]["no_fraction"]
     assert rows["iotrace"]["agreement"]["verdict"] == "identical"  # the same fp32 weights and arithmetic
+    load = data["machine_load"]  # sampled before the engines started; a busy machine is said above the table
+    assert load["cores"] == os.cpu_count()
+    assert any(label.startswith("the machine was busy") for label in data["labels"]) == load["busy"]
     assert rows["llama.cpp"]["weights"]["format"].endswith("as stored")
     assert rows["vllm"]["build"]["version"] == "0.32.0" and rows["vllm"]["build"]["platform"] == "CpuPlatform"
     assert rows["llama.cpp"]["build"]["version"] == "llama-cpp-python 0.3.36"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iotrace.engines.launch import EngineRun, EngineSpec, rerun_line, run_engine
+from iotrace.engines.machine_load import machine_load
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -179,6 +180,7 @@ def compare_engines(request: EngineComparison, card: Card | None,
     from iotrace.model.gguf_file import open_gguf
     from iotrace.model.measure import bench_manifest
 
+    load = machine_load()  # before any engine starts: other work, not ours
     gguf = open_gguf(request.gguf)
     config = gguf.config
     stored = sum(int(info.n_bytes) for info in gguf.reader.tensors)
@@ -232,6 +234,8 @@ def compare_engines(request: EngineComparison, card: Card | None,
     labels = []
     if any(r.get("device") == "cpu" for r in rows):
         labels.append("CPU figures of each engine's CPU build (no GPU here): not GPU results")
+    if any(r.get("device") == "cpu" for r in rows) and load.label():
+        labels.append(load.label())
     data = {"schema": "iotrace.bench-engines/1",
             "model": {"name": config.name, "gguf": str(request.gguf), "file_type": gguf.file_type,
                       "params": config.params, "stored_bytes": stored, "hf_folder": str(folder)},
@@ -243,7 +247,7 @@ def compare_engines(request: EngineComparison, card: Card | None,
             "card": None if card is None else {"key": card.key, "name": card.name},
             "reference": {"engine": "transformers", "python": reference.python, "ok": reference.ok,
                           "error": reference.error, "tokens": ref_tokens, "top2": ref_top2},
-            "engines": rows, "labels": labels,
+            "engines": rows, "labels": labels, "machine_load": load.to_dict(),
             "manifest": bench_manifest(request, card), "profile": None}
     if request.profile is not None:  # the manifest beside the traces, for a later `iotrace report TRACE`
         manifest = write_manifest(request.profile, profile_manifest(data, config, bandwidth))
