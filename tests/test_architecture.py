@@ -15,8 +15,8 @@ import pytest
 from iotrace.source_graph import PACKAGE, import_graph
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("iotrace", "iotrace.errors", "iotrace.checkout", "iotrace.argtypes", "iotrace.nvtx_ranges", "iotrace.source_graph",
-     "iotrace.plugin_manager"),
+    ("iotrace", "iotrace.errors", "iotrace.interrupts", "iotrace.checkout", "iotrace.argtypes", "iotrace.nvtx_ranges",
+     "iotrace.source_graph", "iotrace.plugin_manager"),
     ("iotrace.cards", "iotrace.ceilings", "iotrace.sm_limits", "iotrace.cu_limits", "iotrace.model_shapes",
      "iotrace.identities"),
     ("iotrace.occupancy", "iotrace.occupancy_amd", "iotrace.derivations"),

@@ -155,7 +155,10 @@ def test_a_request_timeout_fails_every_request_with_its_reason() -> None:
 
 
 @pytest.mark.slow  # a real server process and a whole sweep: 5-15 s on two busy cores
-def test_ctrl_c_writes_what_finished_and_stops_the_server() -> None:
+@pytest.mark.parametrize(("sent", "code", "cause"), [("SIGINT", 130, "Ctrl-C"), ("SIGTERM", 143, "SIGTERM")])
+def test_ctrl_c_or_sigterm_writes_what_finished_and_stops_the_server(sent: str, code: int, cause: str) -> None:
+    """SIGTERM (a scheduler, `timeout`) unwinds as Ctrl-C does: a server in its own session would outlive a plain
+    SIGTERM death, and the finished requests would be lost."""
     tag = uuid.uuid4().hex
     argv = [sys.executable, "-m", "iotrace", "bench", "serve", "--engine", "fake", "--concurrency", "1,2",
             "--requests", "40", "--output-tokens", "8", "--server-args", f"--gap 0.05 --tag {tag}", "--json"]
@@ -167,14 +170,14 @@ def test_ctrl_c_writes_what_finished_and_stops_the_server() -> None:
     while time.monotonic() < deadline and len(_tagged(tag)) < 2:
         time.sleep(0.2)
     time.sleep(3)  # some requests of c=1 finish
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, sent))
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     data = json.loads(out)
-    assert data["interrupted"] is True and _tagged(tag) == []
+    assert data["interrupted"] is True and data["interrupted_by"] == cause and _tagged(tag) == []
     first = data["curves"][0]["points"][0]
     assert first["label"] == "c=1" and first["completed"] >= 1 and first["interrupted"] is True
-    assert "interrupted (Ctrl-C)" in err.strip().splitlines()[-1]
+    assert f"interrupted ({cause})" in err.strip().splitlines()[-1] and "Traceback" not in err
 
 
 @pytest.mark.parametrize(("args", "said"), [

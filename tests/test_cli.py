@@ -311,8 +311,11 @@ def test_every_data_command_takes_json() -> None:
         assert any("--json" in a.option_strings for a in sub._actions), command
 
 
-def test_ctrl_c_is_one_line_and_exit_130() -> None:
-    """Ctrl-C in a long command (the model bench, mid-run) ends with one line, not a KeyboardInterrupt traceback."""
+@pytest.mark.parametrize(("sent", "code", "line"), [("SIGINT", 130, "iotrace: interrupted (Ctrl-C)"),
+                                                     ("SIGTERM", 143, "iotrace: terminated (SIGTERM)")])
+def test_ctrl_c_and_sigterm_are_one_line_and_the_shells_exit_code(sent: str, code: int, line: str) -> None:
+    """Ctrl-C, or SIGTERM from a scheduler or `timeout`, in a long command (the model bench, mid-run) ends with one
+    line, not a KeyboardInterrupt traceback (nor, for SIGTERM, a silent death that skips every cleanup)."""
     import signal
     import subprocess
     import sys
@@ -324,7 +327,7 @@ def test_ctrl_c_is_one_line_and_exit_130() -> None:
     first = proc.stderr.readline()  # the first progress line: the bench is under way
     assert first.startswith("iotrace bench ["), first
     time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, sent))
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err and err.strip().splitlines()[-1] == "iotrace: interrupted (Ctrl-C)", err
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == line, err

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
+from iotrace import interrupts
 from iotrace.cli import bench, identities, kernels, notes, quant, recipes, report, selfcheck, tune
 from iotrace.cli.output import EXIT_USAGE, OneLineParser
 from iotrace.errors import IotraceError
@@ -49,17 +50,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 user error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    interrupts.raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: servers stopped, finished work kept
     try:
         args.func(args)
     except IotraceError as exc:
         print(f"iotrace: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return interrupts.exit_code() if exc.exit_code == 130 else exc.exit_code  # an interrupted command's own line
     except BrokenPipeError:  # `iotrace cards | head`: the reader left; not an error of ours or theirs
         _silence_stdout()
         return 0
-    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; 130 as a shell reports SIGINT (128 + 2)
-        print("iotrace: interrupted (Ctrl-C)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: one line, not a traceback; 130 or 143, as a shell reports them
+        print(f"iotrace: {'terminated' if isinstance(sys.exc_info()[1], interrupts.Terminated) else 'interrupted'} "
+              f"({interrupts.cause()})", file=sys.stderr)
+        return interrupts.exit_code()
     try:
         sys.stdout.flush()
     except BrokenPipeError:

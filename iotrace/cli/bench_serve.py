@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from iotrace import interrupts
 from iotrace.errors import InvalidValueError, IotraceError
 
 __all__ = ["register_serve"]
@@ -195,7 +196,8 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         print(f"wrote {args.output}", file=sys.stderr if args.json else sys.stdout)
     sys.stdout.flush()
     if data.get("interrupted"):
-        raise ServeInterruptedError("interrupted (Ctrl-C): the finished points are above; every server was stopped",
+        raise ServeInterruptedError(f"interrupted ({interrupts.cause()}): the finished points are above; every server "
+                                    "was stopped",
                                     "rerun for the rest")
     failed = _failures(data)
     if failed:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from iotrace import interrupts
 from iotrace.engines.launch import EngineSpec
 from iotrace.engines.serve_walls import ServedWeights, point_walls, wall_curve
 from iotrace.errors import IotraceError
@@ -225,7 +226,8 @@ def _curve(sweep: ServeSweep, spec: EngineSpec | None, flags: tuple[str, ...], s
                 for point in sweep.points:
                     died = server.failure()
                     if died or interrupted:
-                        curve["points"].append(_failed_point(point, died or "not run: interrupted (Ctrl-C)", rep))
+                        why = died or f"not run: interrupted ({interrupts.cause()})"
+                        curve["points"].append(_failed_point(point, why, rep))
                         continue
                     data, interrupted = _run_point(sweep, server.url, info.model, point, prompts,
                                                    rep, lambda line: say(f"{label}: {line}"), body)
@@ -318,6 +320,7 @@ def run_sweep(sweep: ServeSweep, card: Card | None, say: Callable[[str], None] =
             data["curves"].append(curve)
             if interrupted:
                 data["interrupted"] = True
+                data["interrupted_by"] = interrupts.cause()
                 return data
     data["flag_effects"] = flag_effects(data["curves"])
     return data

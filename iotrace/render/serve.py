@@ -99,7 +99,8 @@ def serve_text(data: dict[str, Any]) -> str:
                  "(weights + b · KV at the mean context); user wall: B / (weights + b · KV). out tok/s counts "
                  "prefills and queueing too, so its % of the wall is a floor on the decode steps'.")
     if data.get("interrupted"):
-        lines.append("interrupted (Ctrl-C): the points above are those that finished; the servers were stopped")
+        lines.append(f"interrupted ({data.get('interrupted_by', 'Ctrl-C')}): the points above are those that finished; "
+                     "the servers were stopped")
     return "\n".join(lines) + "\n"
 
 
