@@ -15,10 +15,7 @@ tour: $(STAMP)
 # budget check on the run just recorded: no test over 60 s without the slow mark (tests/test_suite_budget.py).
 # 19 min 47 s in a clean clone on two quiet cores, venv and engine builds included (`CI=true bash .ci/run`, issue 45:
 # the suite 15 min 32 s, 1,803 s of tests summed over the two workers); where it goes: docs/contributing/index.md.
-# One worker more than the cores: on two cores with two workers the run kept 1.44 of them busy on average (1,332 s user +
-# 237 s sys in 1,085 s, /usr/bin/time on `CI=true bash .ci/run`): tests wait on servers, engines and child processes.
-WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
-PYTEST_PARALLEL ?= -n $(WORKERS) --dist loadgroup
+PYTEST_PARALLEL ?= -n auto --dist loadgroup
 test: $(STAMP) $(NCU_REPORT_OLD) system-deps engines
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=25 --durations-file .pytest-durations.json
