@@ -13,8 +13,9 @@ tour: $(STAMP)
 
 # The whole suite, on every core (pytest-xdist; tests sharing one resource are grouped, --dist loadgroup), then the
 # budget check on the run just recorded: no test over 60 s without the slow mark (tests/test_suite_budget.py).
-# 19 min 47 s in a clean clone on two quiet cores, venv and engine builds included (`CI=true bash .ci/run`, issue 45:
-# the suite 15 min 32 s, 1,803 s of tests summed over the two workers); where it goes: docs/contributing/index.md.
+# 18 min 5 s in a clean clone on two quiet cores, venv and engine builds included (`CI=true bash .ci/run`, 2026-12-04:
+# the suite 14 min 37 s, 1,709 s of tests summed over the two workers; a third worker was slower and ran out of host
+# memory); where it goes: docs/contributing/index.md.
 PYTEST_PARALLEL ?= -n auto --dist loadgroup
 test: $(STAMP) $(NCU_REPORT_OLD) system-deps engines
 	$(BIN)/ruff check .
