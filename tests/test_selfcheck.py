@@ -144,3 +144,23 @@ def test_profiler_step_with_stand_in_tools(mode: str, tmp_path: Path, corpus: Pa
     assert (ncu_row["tool"], ncu_row["status"], nsys_row["tool"], nsys_row["status"]) == ("ncu", "ok", "nsys", "ok")
     assert [r["agree"] for r in ncu_row["occupancy"]] == [True, True]  # the GTX 1660 SUPER report's two kernels
     assert Path(ncu_row["manifest"]).is_file() and step.figures["occupancy_mismatches_vs_ncu"] == 0
+
+
+def test_the_measured_ceilings_are_read_against_the_cost_models_table() -> None:
+    """The H200 self-check of 2026-12-04 (bench/recorded/, as it came back): the copy reached 87.0% of the 4,800 GB/s
+    datasheet, the share iotrace/ceilings.py divides by; the --quick 4096³ matmul 72.8% of the dense peak, under the
+    80% of 8192³ the table rests on, and the row says so."""
+    from iotrace.cards import lookup
+    from iotrace.selfcheck.ceilings import against_table
+
+    record = json.loads((Path(__file__).resolve().parents[1] / "bench/recorded/h200-2026-12-04-selfcheck.json")
+                        .read_text())
+    figures = record["steps"][0]["figures"]
+    copy, matmul = against_table(figures, lookup(record["environment"]["card"]))
+    assert (copy["measured"], copy["datasheet"], copy["share_of_datasheet"], copy["cost_model_share"]) == (
+        4176.8, 4800, 0.870, 0.87)
+    assert matmul["share_of_datasheet"] == pytest.approx(720.1 / 989.4, abs=1e-3) and matmul["cost_model_share"] == 0.8
+    assert "4096³ (--quick), below the 8192³" in matmul["note"] and "note" not in copy
+    assert "stand-in" not in copy["cost_model_basis"]  # Hopper is measured
+    [a100] = [r for r in against_table(figures, lookup("a100")) if r["ceiling"].startswith("copy")]
+    assert a100["cost_model_basis"].startswith("stand-in (measured on an H200")

@@ -64,7 +64,7 @@ def selfcheck(out: Path, *, cpu: bool, quick: bool, card_name: str | None = None
         return step
 
     ceiling = timed("card ceilings (copy bandwidth, bf16 matmul)",
-                    (lambda s: ceilings.measure(s, quick)) if gpu else
+                    (lambda s: ceilings.measure(s, quick, card)) if gpu else
                     (lambda s: s.skip(f"no GPU: {card.name}'s CardBook figures stand in for measured ceilings")))
     timed("kernels against their references and baselines",
           lambda s: kernel_checks.check_kernels(s, specs, card, gpu, quick, ceiling.figures, out_of_time))
