@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU validation: everything marked `gpu` (skipped on CPU machines) and the benchmarks, on a real NVIDIA GPU
 # with the Triton interpreter off. Writes the reports and the device's identity under ${OUT:-out/gpu}.
-# Fails when no GPU is visible or when any GPU test was skipped, so it cannot pass without testing.
+# Fails when no GPU is visible or when any GPU test was skipped, so it cannot pass without testing. On a lent machine
+# with no network and a time limit, run gpu_validate_offline.sh instead (its steps under their own limits, one archive).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out/gpu}"
