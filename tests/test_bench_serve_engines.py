@@ -151,6 +151,9 @@ def test_a_sweep_at_1_2_4_streams_completes_every_request_and_recomputes(engine:
         assert all(len(gaps) == 7 for gaps in point["itls"]) or engine == "vllm"  # vLLM may send 2 tokens a chunk
         wall = point["walls"]["decode"]
         assert wall["tok_s"] == pytest.approx(streams * data["bandwidth_gbs"] * 1e9 / wall["bytes_per_step"])
+    assert page.stat().st_size > 0
+    if engine != "llama.cpp":  # the chart does not depend on the engine: drawn and opened in Chromium once (~10 s)
+        return
     from iotrace.render.html_figure import write_figure
     from iotrace.render.serve import pareto_figure
 
