@@ -10,7 +10,7 @@ compiled.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,17 +69,18 @@ class KernelCall:
                 "give a smaller shape (the bytes are the kernel's cost model: "
                 f"{self.spec.cost(self.shape, self.dtype).formula.split('; ')[-1]})")
 
-    def check_launch(self, config: Mapping[str, Any]) -> None:
+    def check_launch(self, config: Mapping[str, Any], units: Sequence[Any] | None = None) -> None:
         """Refuse ``config`` when a launch of it cannot start on any NVIDIA GPU: a grid over CUDA's limits
         (:data:`MAX_BLOCKS`) or a block over the card's threads per block. Reads the launches the kernel states for
-        the compiler (``compile_units``: tensors on the meta device, nothing allocated or compiled), so it costs
-        milliseconds and runs before the compile.
+        the compiler (``compile_units``: tensors on the meta device, nothing allocated or compiled; ``units`` where
+        the caller has built them already), so it costs milliseconds and runs before the compile.
 
         :raises InvalidValueError: naming the launch, the dimension, its size and the limit.
         """
         from iotrace.errors import InvalidValueError
 
-        units = self.spec.compile_units(self.shape, self.dtype, dict(config), self.backend)
+        if units is None:
+            units = self.spec.compile_units(self.shape, self.dtype, dict(config), self.backend)
         for unit in units:
             name = getattr(unit, "function", None) or getattr(unit, "kernel", self.spec.name)
             for axis, blocks, limit in zip("xyz", unit.grid, MAX_BLOCKS, strict=True):

@@ -151,9 +151,9 @@ def roofline_of(cost: Cost, card: Card) -> Roofline:
 def static_analysis(call: KernelCall, config: Config) -> tuple[list[Resources], OccupancyResult, float]:
     """Compile for the card's target: resources of every launch, occupancy and waves of the first (the main one)."""
     spec, card = call.spec, call.card
-    call.check_launch(config)  # a grid or block no GPU can launch: refused in milliseconds, before the compile
-    units = spec.compile_units(call.shape, call.dtype, config, call.backend)
-    resources = compile_resources(list(units), card.sm_limits.cc)
+    units = list(spec.compile_units(call.shape, call.dtype, config, call.backend))
+    call.check_launch(config, units)  # a grid or block no GPU can launch: refused in milliseconds, before the compile
+    resources = compile_resources(units, card.sm_limits.cc)
     main = resources[0]
     occ = occupancy(card.sm_limits, main.threads_per_block, main.registers, main.static_smem, main.dynamic_smem,
                     barriers=main.barriers)

@@ -148,8 +148,8 @@ def _run(args: argparse.Namespace, spec: KernelSpec) -> None:
 
     call = KernelCall.make(spec, args.shape, args.dtype, args.card, args.backend, preset=args.preset)
     config = resolve_config(call, args.config)
-    call.check_launch(config)  # a grid or block no GPU can launch: refused before the compile, not after it
     if profile_command.wanted(args):  # the run goes to a child process under the profiler
+        call.check_launch(config)  # refused here, before the child starts (run's static analysis checks otherwise)
         profile_command.main(args, call, config)
         return
     result = run(call, config=config, check=not args.no_check, seed=args.seed)
