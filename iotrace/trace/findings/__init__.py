@@ -17,6 +17,7 @@ from iotrace.trace.findings.registry import (
                                              evaluate_file,
                                              evaluate_timeline,
 )
+from iotrace.trace.findings.timeline_rules import floor_bounded
 
 __all__ = ["RULES", "FileFacts", "KernelFacts", "Rule", "TimelineFacts", "evaluate", "evaluate_file",
-           "evaluate_timeline", "rank"]
+           "evaluate_timeline", "floor_bounded", "rank"]

@@ -3,7 +3,6 @@ in nanoseconds): the report opens with what matters."""
 
 from __future__ import annotations
 
-from iotrace.trace.findings.timeline_rules import floor_bounded
 from iotrace.trace.reports.records import Finding
 
 __all__ = ["rank"]
@@ -22,7 +21,5 @@ def _key(item: tuple[int, Finding]) -> tuple[int, float, float, int, int]:
 
 def rank(findings: list[Finding]) -> list[Finding]:
     """``findings`` ordered by estimated time saved, largest first; findings without a bound after, in order; the
-    launches that were not profiled before all of them. The top kernel's gain is first bounded by its time above its
-    roofline floor where its rows' verdicts give one (:func:`~iotrace.trace.findings.timeline_rules.floor_bounded`):
-    only with every finding drawn are the timeline's kernel and its counted rows side by side."""
-    return [f for _, f in sorted(enumerate(floor_bounded(findings)), key=_key)]
+    launches that were not profiled before all of them."""
+    return [f for _, f in sorted(enumerate(findings), key=_key)]

@@ -23,9 +23,10 @@ from iotrace.trace.findings import (
     evaluate,
     evaluate_file,
     evaluate_timeline,
+    floor_bounded,
     rank,
 )
-from iotrace.trace.info import smem_columns, smem_text
+from iotrace.trace.info import smem_columns, smem_text, time_unit
 from iotrace.trace.reports.amd_occupancy import device_gfx
 from iotrace.trace.reports.capture_gaps import capture_gaps
 from iotrace.trace.reports.graph_capture import capture_run
@@ -112,7 +113,7 @@ class KernelReport:
         if stats is not None and self.launches > 1:
             # One unit for the set, the one the per-launch time beside it is printed in ("4.05 ms per launch, 10
             # launches, 4.03 ms min / ..."), not µs in exponent form ("4.03e+03 µs min").
-            unit, scale = _time_unit(self.duration_ns or stats["median"])
+            unit, scale = time_unit(self.duration_ns or stats["median"])
             text += (f", {stats['min'] / scale:.3g} {unit} min / {stats['median'] / scale:.3g} median / "
                      f"{stats['max'] / scale:.3g} max")
         if self.measured_launches < self.launches:
@@ -346,14 +347,6 @@ def _device_sms(tables: TraceTables, device: Any, card: Card | None) -> tuple[in
     return None, ""
 
 
-def _time_unit(ns: float) -> tuple[str, float]:
-    """The unit a time of ``ns`` nanoseconds reads in, as ``iotrace.trace.render.fmt.duration`` picks it."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if ns >= scale:
-            return unit, scale
-    return "ns", 1.0
-
-
 def _smem(tables: TraceTables, kernels: pd.DataFrame) -> pd.DataFrame:
     """``kernels`` (rows of ``tables.kernels``) with the shared-memory total of :func:`smem_columns`."""
     total = smem_columns(tables)["smem_bytes"][kernels.index.to_numpy()]  # the index is the row position
@@ -498,7 +491,9 @@ def build_report(tables: TraceTables, *, kernel: str | None = None, card: Card |
                                 "Record the profile after start-up (vLLM: start_profile() once the engine is up; "
                                 "nsys --delay or a capture range), when the graphs replay.", "measured",
                                 severity="info", rule="graph-capture"))
-    ranked = rank(findings)
+    # The top kernel's gain bounded by its time above its roofline floor where its rows' verdicts give one: only with
+    # every finding drawn are the timeline's kernel and its counted rows side by side.
+    ranked = rank(floor_bounded(findings))
     notes = list(tables.meta.get("notes", [])) + plugins.notes
     if any(f.rule == "not-profiled" for f in file_findings):  # the finding says what the reader's note says, first
         notes = [n for n in notes if not n.startswith(NOT_PROFILED_NOTE)]
