@@ -9,7 +9,7 @@ import numpy as np
 
 from iotrace.trace.tables import TraceTables
 
-__all__ = ["counts_text", "render_info", "smem_columns", "smem_text", "summarise"]
+__all__ = ["counts_text", "render_info", "smem_columns", "smem_text", "summarise", "time_unit"]
 
 #: The shared-memory quantities per launch: key in JSON -> column of the kernels table (the total is static +
 #: dynamic where both are known, else the file's own total, e.g. Kineto's "shared memory").
@@ -119,13 +119,20 @@ def summarise(tables: TraceTables, top: int = 10) -> dict[str, Any]:
             "notes": list(meta.get("notes", []))}
 
 
+def time_unit(ns: float) -> tuple[str, float]:
+    """The unit a time of ``ns`` nanoseconds reads in, and its size in ns: the largest of s, ms and µs it reaches,
+    else ns (one choice for every duration a report prints)."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return unit, scale
+    return "ns", 1.0
+
+
 def _duration(ns: float | None) -> str:
     if ns is None:
         return "—"
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3f} {unit}"
-    return f"{ns:.0f} ns"
+    unit, scale = time_unit(ns)
+    return f"{ns / scale:.3f} {unit}" if scale > 1 else f"{ns:.0f} ns"
 
 
 def render_info(info: dict[str, Any], width: int = 100, wide: bool = False) -> str:

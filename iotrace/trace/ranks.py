@@ -166,15 +166,20 @@ def _format(tables: TraceTables) -> str:
     return _SAME_FORMAT.get(fmt, fmt)
 
 
+def _names(tables: TraceTables) -> list[str]:
+    """The device models a file names (every GPU of its machine, for a Kineto trace), as written, each once."""
+    named = tables.devices["name"].dropna() if "name" in tables.devices else []
+    return sorted({str(n) for n in named if str(n).strip()})
+
+
 def _models(tables: TraceTables) -> set[str]:
-    """The device models a file names (every GPU of its machine, for a Kineto trace), compared case-blind."""
-    names = tables.devices["name"].dropna() if "name" in tables.devices else []
-    return {" ".join(str(n).split()).lower() for n in names if str(n).strip()}
+    """:func:`_names` compared case- and space-blind."""
+    return {" ".join(n.split()).lower() for n in _names(tables)}
 
 
 def _described(tables: TraceTables) -> str:
     """``a kineto-json trace of NVIDIA A100-PG509-200``: the format and the device models a file names."""
-    names = sorted({str(n) for n in tables.devices["name"].dropna()}) if "name" in tables.devices else []
+    names = _names(tables)
     fmt = _format(tables)
     article = "an" if fmt[:1].lower() in "aeiou" or fmt.startswith(("ncu", "nsys", "nvprof")) else "a"
     return f"{article} {fmt} trace" + (f" of {' + '.join(names)}" if names else " (no device named)")

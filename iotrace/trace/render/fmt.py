@@ -6,6 +6,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from iotrace.trace.info import time_unit
+
 __all__ = ["bytes_", "duration", "missing", "num", "pct", "rate", "short"]
 
 #: What a renderer prints where a value is missing: never a zero.
@@ -48,10 +50,8 @@ def duration(ns: Any) -> str:
     if missing(ns):
         return MISSING
     ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
+    unit, scale = time_unit(ns)
+    return f"{ns / scale:.3g} {unit}" if scale > 1 else f"{ns:.0f} ns"
 
 
 def pct(value: Any, digits: int = 1) -> str:
