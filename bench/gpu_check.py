@@ -7,7 +7,9 @@ runs end to end without a GPU at tiny sizes (tests/test_selfcheck.py runs it tha
 
 import sys
 
+from iotrace import interrupts
 from iotrace.cli import main
 
 if __name__ == "__main__":
+    interrupts.raise_on_sigterm()  # as the iotrace program does: a `timeout` ends it as Ctrl-C would
     sys.exit(main(["selfcheck", *sys.argv[1:]]))

@@ -50,7 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 user error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    interrupts.raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: servers stopped, finished work kept
     try:
         args.func(args)
     except IotraceError as exc:
@@ -71,7 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> NoReturn:
-    """The ``iotrace`` program (and ``python -m iotrace``): :func:`main`, then exit with its code."""
+    """The ``iotrace`` program (and ``python -m iotrace``): :func:`main`, then exit with its code. SIGTERM unwinds like
+    Ctrl-C (servers stopped, finished work kept): set here, for the program's process, not in :func:`main`, which
+    tests and scripts call inside processes of their own."""
+    interrupts.raise_on_sigterm()
     code = main()
     # kaleido's one-shot export thread ("(run)") and choreographer's browser-pipe reader ("(run_print)") are not
     # daemon threads (kaleido/_sync_server.py, choreographer/_brokers/_sync.py); when a browser dies mid-export one

@@ -30,8 +30,6 @@ __all__ = ["EVAL_TEXT_SOURCE", "QualityDrop", "quality_drop", "reference_text", 
 _CHUNK_ROWS = 256
 
 
-
-
 def text_ids(tokenizer: Any, text: str | None = None, tokens: int | None = None) -> list[int]:
     """``text`` (default: :func:`reference_text`) as token ids without special tokens; ``tokens`` keeps the first N."""
     ids = list(tokenizer.encode(reference_text() if text is None else text, add_special_tokens=False))
