@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 
 # Kernels decorated with @triton.jit read this when decorated, so it must be set before any kernel
@@ -14,9 +15,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+
+if TYPE_CHECKING:
+    from iotrace.trace.tables import TraceTables
 
 T = TypeVar("T")
 
@@ -90,6 +94,24 @@ def corpus_exports(corpus: Path) -> list[Path]:
     bench_results = set(corpus_bench_results(corpus))
     return sorted(p for folder in corpus.iterdir() if folder.is_dir() for p in folder.iterdir()
                   if p.is_file() and p.suffix not in (".nsys-rep", ".qdrep") and p not in bench_results)
+
+
+@functools.cache
+def _parsed(path: Path) -> TraceTables:
+    from iotrace.trace import load
+
+    return load(path)
+
+
+def load_corpus(path: Path) -> TraceTables:
+    """``load(path)`` for a file of the corpus, parsed once per test process: the corpus sweeps of many modules read
+    the same files (about 150 s of parsing in the suite before), so each call gets a copy of the one parse
+    (:meth:`TraceTables.copy`: a test that changes its tables changes only its own). Only for the corpus, which
+    nothing writes; a file a test writes is read with ``load``."""
+    path = Path(path).resolve()
+    if CORPUS.resolve() not in path.parents:
+        raise ValueError(f"load_corpus reads the corpus at {CORPUS}, not {path}: use iotrace.trace.load")
+    return _parsed(path).copy()
 
 
 def corpus_bench_results(corpus: Path) -> list[Path]:

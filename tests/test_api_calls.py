@@ -23,7 +23,7 @@ import pytest
 from iotrace.trace import TraceFormatError, load
 from iotrace.trace.formats.api_calls import api_call_kind, api_call_name
 from iotrace.trace.tables import TraceTables, build
-from tests.conftest import CORPUS, write_kineto
+from tests.conftest import CORPUS, load_corpus, write_kineto
 
 NSYS = sorted(str(p.relative_to(CORPUS)) for p in CORPUS.glob("nsys/*.sqlite"))
 KINETO = sorted(str(p.relative_to(CORPUS)) for p in [*CORPUS.glob("kineto/*.json*"), *CORPUS.glob("kineto-ranks/*")])
@@ -55,7 +55,7 @@ def _kind(name: str | None) -> str:
 
 @cache
 def _loaded(name: str) -> TraceTables:
-    return load(CORPUS / name)
+    return load_corpus(CORPUS / name)
 
 
 def _db(path: Path) -> sqlite3.Connection:

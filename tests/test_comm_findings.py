@@ -16,13 +16,12 @@ from typing import Any
 
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.findings.facts import KernelFacts
 from iotrace.trace.findings.kernel_rules import KERNEL_RULES
 from iotrace.trace.findings.launch_rules import LAUNCH_RULES
 from iotrace.trace.reports.origin import classify
 from iotrace.trace.reports.report import build_report
-from tests.conftest import CORPUS, cli_in_process
+from tests.conftest import CORPUS, cli_in_process, load_corpus
 
 H100 = "kineto/h100sxm_x4tp_vllm_v1_llama3-70b_prefill1049_decode9_rank0_kineto.json.gz"
 #: The rules that judge a kernel's grid, occupancy, registers or stalls: advice for a kernel its author tunes.
@@ -125,7 +124,7 @@ def test_exposed_communication_counts_the_custom_allreduce(corpus: Path) -> None
     exposed = _uncovered_ns(comm, compute)
     nccl_only = _uncovered_ns(_union([(a, b) for a, b, n in kernels if n.startswith("ncclDevKernel")]),
                               _union([(a, b) for a, b, n in kernels if not n.startswith("ncclDevKernel")]))
-    report = build_report(load(corpus / H100))
+    report = build_report(load_corpus(corpus / H100))
     [row] = report.timeline.split.devices.to_dict("records")
     assert row["communication_ns"] == pytest.approx(exposed, rel=1e-6, abs=2_000)  # Kineto's µs rounding
     assert (round(exposed / 1e6, 1), round(nccl_only / 1e6, 1)) == (24.2, 16.7)  # docs/findings.md quotes both

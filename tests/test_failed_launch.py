@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.reports.ncu_rules import bound_verdict, stored_rules
-from tests.conftest import CORPUS, ncu_launches, run_cli_in_process
+from tests.conftest import CORPUS, load_corpus, ncu_launches, run_cli_in_process
 
 FAILED = "ncu-rep/rtx4070laptop_bastar_full_failedlaunch_ncu2024.3.ncu-rep"
 HEALTHY = "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep"
@@ -65,7 +64,7 @@ def test_the_file_holds_one_unprofiled_launch_and_the_reader_names_it(corpus: Pa
     assert not failed["launch_metrics"] and not math.isfinite(failed["duration"])
     errors = _errors(failed)
     assert len(errors) == 31 and any("SpeedOfLight.py:90" in e for e in errors) and not _errors(first)
-    tables = load(corpus / FAILED)
+    tables = load_corpus(corpus / FAILED)
     assert tables.meta["not_profiled"] == [1]
     [note] = [n for n in tables.meta["notes"] if "not profiled" in n]
     assert "#1 biAStarMultipleBucketsSingleKernel" in note and "#0" not in note
@@ -73,7 +72,7 @@ def test_the_file_holds_one_unprofiled_launch_and_the_reader_names_it(corpus: Pa
     assert not any(n.startswith("non-finite values") for n in tables.meta["notes"])
     # The rules table keeps every stored row (tests/test_ncu_rules.py compares it row for row).
     assert (tables.rules["kernel_id"] == 1).sum() == len(failed["rules"]) == 32
-    assert "not_profiled" not in load(corpus / HEALTHY).meta
+    assert "not_profiled" not in load_corpus(corpus / HEALTHY).meta
 
 
 def test_the_report_says_once_first_that_launch_1_was_not_profiled_and_how_to_collect_it(corpus: Path) -> None:
@@ -130,7 +129,7 @@ def test_no_finding_verdict_or_occupancy_for_it_and_launch_0_as_before(corpus: P
     assert zero["occupancy"]["theoretical_pct"] == pytest.approx(first["occupancy"], abs=1e-9)
     assert zero["roofline"]["bound"] == "memory"
     # The stored verdicts: #0's SOLBottleneck reads as memory, #1's three errors as none.
-    tables = load(corpus / FAILED)
+    tables = load_corpus(corpus / FAILED)
     assert bound_verdict(stored_rules(tables, [0])) == "memory"
     errors = [r for r in stored_rules(tables, [1]) if r.rule_id == "SOLBottleneck"]
     assert len(errors) == 3 and {r.severity for r in errors} == {"error"} and bound_verdict(errors) is None

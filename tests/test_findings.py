@@ -12,12 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.findings.launch_rules import TINY_LAUNCH_NS
 from iotrace.trace.findings.registry import RULES, rule
 from iotrace.trace.reports.report import Report, build_report
 from iotrace.trace.tables import TABLES, TraceTables, build
-from tests.conftest import CORPUS, corpus_exports, ncu_launches
+from tests.conftest import CORPUS, corpus_exports, load_corpus, ncu_launches
 
 T4 = "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep"
 H100_GEMM = "ncu-rep/h100sxm_bf16_gemm_pc_pipeline_full_ncu2024.1.ncu-rep"
@@ -45,7 +44,7 @@ LATENCY_ADVICE = ("in flight", "raise occupancy", "Raise occupancy", "Hide laten
 
 @cache
 def _report(name: str, **options: object) -> Report:
-    return build_report(load(CORPUS / name), top=1000, **options)  # type: ignore[arg-type]
+    return build_report(load_corpus(CORPUS / name), top=1000, **options)  # type: ignore[arg-type]
 
 
 def _rules(report: Report, kernel_id: int | None = None) -> list[str]:
@@ -185,7 +184,7 @@ def test_configurations_count_distinct_launch_configurations_only(corpus: Path) 
     assert "configurations" not in _rules(julia)
     trt = _report(TRT)
     [config] = [f for f in trt.findings if f.rule == "configurations"]
-    kernels = load(corpus / TRT).kernels
+    kernels = load_corpus(corpus / TRT).kernels
     share = kernels.loc[kernels["name"] == config.kernel, "duration_ns"].sum() / kernels["duration_ns"].sum()
     assert share >= 0.05 and config.share_pct == pytest.approx(100 * share)
     assert "distinct launch configurations" in config.text and "library chose" in config.try_next  # TensorRT's
@@ -206,7 +205,7 @@ def test_findings_rank_by_time_saved_and_top_limits_them(corpus: Path) -> None:
         assert f.gain.of_ns == pytest.approx(durations[f.kernel_id]) == pytest.approx(kernel.total_ns)
         assert f.gain.ns == pytest.approx(f.gain.fraction * durations[f.kernel_id])
         assert f.share_pct == pytest.approx(100 * durations[f.kernel_id] / total)
-    top = build_report(load(corpus / MINIWEATHER), top=2)
+    top = build_report(load_corpus(corpus / MINIWEATHER), top=2)
     assert len(top.findings) == 2 and top.findings_total > 2
     assert top.to_dict()["findings_total"] == top.findings_total
 
@@ -221,7 +220,7 @@ def _without_counters(tables: TraceTables, kid: int) -> TraceTables:
 
 
 def test_a_failed_launch_is_named_once_and_never_analysed(corpus: Path) -> None:
-    report = build_report(_without_counters(load(corpus / MINIWEATHER), 2), top=1000)
+    report = build_report(_without_counters(load_corpus(corpus / MINIWEATHER), 2), top=1000)
     [failed] = [k for k in report.kernels if 2 in k.launch_ids]
     assert not failed.profiled and failed.findings == [] and failed.roofline is None
     [named] = [f for f in report.findings if f.rule == "not-profiled"]
@@ -244,7 +243,7 @@ def test_no_contradictions_on_any_corpus_report(corpus: Path, name: str) -> None
     no kernel is called balanced ("both compute and memory traffic must fall") and told that only one of them matters
     ("more FLOP/s will not help": before issue 46 the GTX 1660 k-means report said both). Nsight Compute reports are
     read launch by launch, the others (thousands of timeline launches) by launch group."""
-    report = build_report(load(corpus / name), top=1000, each_launch=name.startswith("ncu-rep/"))
+    report = build_report(load_corpus(corpus / name), top=1000, each_launch=name.startswith("ncu-rep/"))
     for kernel in report.kernels:
         mine = [f for f in report.findings if f.kernel_id == kernel.kernel_id and f.rule != "not-profiled"]
         said = " ".join(f"{f.text} {f.try_next}" for f in mine)
@@ -310,7 +309,7 @@ def test_rule_results_absent_or_without_estimates_are_said_once(name: str, line:
 def test_the_gemm_cost_model_cross_checks_the_tensor_flops_and_bounds_the_excess_bytes(corpus: Path) -> None:
     """The H100 wgmma bf16 GEMM at 8192³ as iotrace's gemm plugin: the counted tensor FLOPs are the analytic 2·M·N·K
     (the file's few fp32 epilogue FLOPs aside), and the excess DRAM bytes' gain is bounded by the roofline floor."""
-    report = build_report(load(corpus / H100_GEMM), plugin="gemm", shape={"M": 8192, "N": 8192, "K": 8192},
+    report = build_report(load_corpus(corpus / H100_GEMM), plugin="gemm", shape={"M": 8192, "N": 8192, "K": 8192},
                           dtype="bf16")
     roof = report.kernels[0].roofline
     assert roof.model.flops == 2 * 8192**3 and roof.model.flops_ratio == pytest.approx(1.0, abs=1e-3)

@@ -13,13 +13,12 @@ from functools import cache
 
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.findings.advice import next_step
 from iotrace.trace.reports.origin import AMD_FAMILIES, TOPICS, call_advice, classify
 from iotrace.trace.reports.records import Finding
 from iotrace.trace.reports.report import Report, build_report
 from iotrace.trace.reports.vendor import AMD, NVIDIA, vocabulary_of
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, load_corpus
 
 ROCPD = "rocprof/mi300x_ck_tile_batched_gemm_rocpd_rocprofv3-rocm7.1.1.db"
 V1_CSV = "rocprof/mi250_laplacian_rocprof-v1_results.csv"
@@ -42,7 +41,7 @@ CITATION = re.compile(r"the same check as [^()]*\((?:[^()]|\([^()]*\))*\)")
 
 @cache
 def _report(name: str) -> Report:
-    return build_report(load(CORPUS / name), top=1000)
+    return build_report(load_corpus(CORPUS / name), top=1000)
 
 
 def _texts(report: Report) -> list[str]:

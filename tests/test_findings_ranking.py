@@ -21,7 +21,7 @@ from iotrace.trace.findings.launch_rules import TINY_LAUNCH_NS
 from iotrace.trace.findings.timeline_rules import WORKLOAD_SHARE_PCT
 from iotrace.trace.reports.records import Finding
 from iotrace.trace.reports.report import Report, build_report
-from tests.conftest import CORPUS, cli_in_process, write_kineto
+from tests.conftest import CORPUS, cli_in_process, load_corpus, write_kineto
 
 GTX1650 = "nsys/gtx1650_windows_matmul_pageable_memcpy_nsys2025.3.sqlite"
 CLOVERLEAF = "nsys/a100_sxm4_80gb_cloverleaf_nsys2024.5.sqlite"
@@ -38,7 +38,7 @@ SYNC_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchr
 
 @cache
 def _report(name: str) -> Report:
-    return build_report(load(CORPUS / name), top=1000)
+    return build_report(load_corpus(CORPUS / name), top=1000)
 
 
 def _rule(name: str, rule: str) -> list[Finding]:

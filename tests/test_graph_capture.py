@@ -19,7 +19,7 @@ import pytest
 from iotrace.trace import load
 from iotrace.trace.reports.graph_capture import capture_run
 from iotrace.trace.reports.report import build_report
-from tests.conftest import run_cli_in_process
+from tests.conftest import load_corpus, run_cli_in_process
 
 H100 = "kineto/h100sxm_x4tp_vllm_v1_llama3-70b_prefill1049_decode9_rank0_kineto.json.gz"
 V100 = "kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz"
@@ -64,6 +64,6 @@ def test_traces_that_only_ask_or_replay_are_not_capture_runs(corpus: Path, name:
         calls = [e["name"] for e in json.load(handle)["traceEvents"] if e.get("cat") == "cuda_runtime"]
     asked = sum(1 for n in calls if n.startswith("cudaStreamGetCaptureInfo"))
     assert asked in (171, 684) and not any("BeginCapture" in n or "GraphInstantiate" in n for n in calls)
-    tables = load(corpus / name)
+    tables = load_corpus(corpus / name)
     assert capture_run(tables) is None
     assert not any(f.rule == "graph-capture" for f in build_report(tables).findings)

@@ -21,7 +21,7 @@ import pytest
 
 from iotrace.trace import load
 from iotrace.trace.reports.timeline import timeline
-from tests.conftest import run_cli
+from tests.conftest import load_corpus, run_cli
 
 V100 = "kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz"
 NSYS_2024 = "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite"
@@ -36,7 +36,7 @@ def v100_events(corpus: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def v100_tables(corpus: Path) -> Any:
-    return load(corpus / V100)
+    return load_corpus(corpus / V100)
 
 
 def test_kineto_graph_kernels_carry_their_graph_launch(v100_events: list[dict[str, Any]], v100_tables: Any) -> None:

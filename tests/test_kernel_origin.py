@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.reports.origin import (
     COMMUNICATION,
     FAMILIES,
@@ -26,7 +25,7 @@ from iotrace.trace.reports.origin import (
     older_build,
 )
 
-from .conftest import corpus_exports
+from .conftest import corpus_exports, load_corpus
 
 #: Files larger than this are not loaded here (none in the corpus today); say so if one appears.
 MAX_BYTES = 10 * 1024 * 1024
@@ -261,7 +260,7 @@ def corpus_names(corpus: Path) -> dict[str, set[str]]:
     for path in corpus_exports(corpus):
         if path.stat().st_size > MAX_BYTES:
             continue
-        kernels = load(path).kernels
+        kernels = load_corpus(path).kernels
         names[path.relative_to(corpus).as_posix()] = set(kernels["name"]) if len(kernels) else set()
     return names
 

@@ -22,12 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.findings.launch_rules import CONFIG_OCCUPANCY_POINTS, CONFIG_SHARE
 from iotrace.trace.reports.launch_groups import NOT_COUNTERS
 from iotrace.trace.reports.report import build_report
 from iotrace.trace.tables import TABLES, TraceTables, build
-from tests.conftest import ncu_launches, run_cli
+from tests.conftest import load_corpus, ncu_launches, run_cli
 
 KMEANS = "ncu-rep/gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep"
 JULIA = "ncu-rep/a40_julia_repeated_names_mixed_grids_ncu2022.4.ncu-rep"
@@ -47,7 +46,7 @@ def _metric(name: str):
 def test_identical_ncu_launches_are_one_row_with_count_and_spread(corpus: Path) -> None:
     durations = ncu_launches(corpus / KMEANS, _metric("gpu__time_duration.sum"))
     sm = ncu_launches(corpus / KMEANS, _metric(SM))
-    report = build_report(load(corpus / KMEANS))
+    report = build_report(load_corpus(corpus / KMEANS))
     [row] = report.kernels
     assert row.launches == row.measured_launches == len(durations) == 100
     assert row.launch_ids == list(range(100))
@@ -59,7 +58,7 @@ def test_identical_ncu_launches_are_one_row_with_count_and_spread(corpus: Path) 
     assert row.roofline.sol["sm_throughput_pct"] == pytest.approx(statistics.fmean(sm))
     assert report.kernels_title() == ("Kernels (1 launch group: 100 profiled launches of 1 kernel, identical launches "
                                       "grouped)")
-    each = build_report(load(corpus / KMEANS), each_launch=True, top=10)
+    each = build_report(load_corpus(corpus / KMEANS), each_launch=True, top=10)
     assert [k.duration_ns for k in each.kernels] == pytest.approx(durations[:10])
     assert each.kernels_title() == "Kernels (showing 10 of 100 profiled launches of 1 kernel; --top 100 shows all)"
 
@@ -82,7 +81,7 @@ def test_one_name_at_different_grids_is_one_row_per_configuration(corpus: Path) 
         by_name[name].add(grid)
     mixed = {n: g for n, g in by_name.items() if len(g) > 1}
     assert mixed  # the file's point: repeated names with different grids
-    report = build_report(load(corpus / JULIA))
+    report = build_report(load_corpus(corpus / JULIA))
     for name, sizes in mixed.items():
         rows = [k for k in report.kernels if k.name.startswith(name)]
         assert sorted(k.grid[0] * k.grid[1] * k.grid[2] for k in rows) == sorted(sizes)
@@ -109,7 +108,7 @@ def test_a_kineto_name_with_two_configurations_has_two_rows_and_a_time_weighted_
     configs = _kineto_configs(corpus / ALEXNET)
     mixed = {n: c for n, c in configs.items() if len(c) > 1}
     name = max(mixed, key=lambda n: sum(d for runs in mixed[n].values() for d, _ in runs))
-    report = build_report(load(corpus / ALEXNET), top=500)
+    report = build_report(load_corpus(corpus / ALEXNET), top=500)
     rows = [k for k in report.kernels if k.name == name]
     expected = {(key[0], key[1]): (len(runs), sum(d for d, _ in runs)) for key, runs in mixed[name].items()}
     got = {(tuple(k.grid), tuple(k.block)): (k.launches, k.total_ns) for k in rows}
@@ -142,7 +141,7 @@ def test_an_nsys_name_with_two_configurations_has_two_rows(corpus: Path) -> None
         configs[name][tuple(config)].append(duration)
     mixed = {n: c for n, c in configs.items() if len(c) > 1}
     assert mixed
-    report = build_report(load(corpus / TENSORRT), top=500)
+    report = build_report(load_corpus(corpus / TENSORRT), top=500)
     for name, by_config in mixed.items():
         mine = sorted((k.launches, k.total_ns) for k in report.kernels if k.name == name)
         assert mine == sorted((len(d), float(sum(d))) for d in by_config.values())
@@ -163,7 +162,7 @@ def _without_counters(tables: TraceTables, kid: int) -> TraceTables:
 
 def test_a_launch_with_no_counters_is_named_once_and_drives_no_advice(corpus: Path) -> None:
     path = corpus / JULIA
-    tables = load(path)
+    tables = load_corpus(path)
     whole = build_report(tables)
     failed = 2
     report = build_report(_without_counters(tables, failed))
@@ -180,7 +179,7 @@ def test_a_launch_with_no_counters_is_named_once_and_drives_no_advice(corpus: Pa
 
 
 def test_a_section_the_capture_collected_is_not_advised_again(corpus: Path) -> None:
-    tables = load(corpus / T4_FULL)
+    tables = load_corpus(corpus / T4_FULL)
     assert "WarpStateStats" in tables.meta["sections"]
     # Without the stall counters and PC samples both sections hold, warp stalls are unavailable.
     stripped = _with_metrics(tables, lambda m: ~m["metric"].str.startswith(("smsp__average_warps_issue_stalled",
@@ -194,7 +193,7 @@ def test_a_section_the_capture_collected_is_not_advised_again(corpus: Path) -> N
 def test_grouping_survives_damaged_tables_and_accounts_for_every_launch(corpus: Path, name: str) -> None:
     """Fuzz at the table boundary: random metric rows dropped and random configuration values missing; every launch
     stays in exactly one row and nothing but a row count changes."""
-    tables = load(corpus / name)
+    tables = load_corpus(corpus / name)
     seed = random.randrange(2**32)
     rng = np.random.default_rng(seed)
     for case in range(4):

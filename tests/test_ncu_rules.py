@@ -16,12 +16,11 @@ from typing import Any
 
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.formats.ncu_rep import _probe_in_child
 from iotrace.trace.formats.ncu_rep_rules import NO_RULES, rule_rows, rules_note
 from iotrace.trace.reports.ncu_rules import StoredRule, bound_verdict, plain_message, rules_status, stored_rules
 from iotrace.trace.tables import TraceTables, build
-from tests.conftest import ncu_launches
+from tests.conftest import load_corpus, ncu_launches
 
 H100_GEMM = "h100sxm_bf16_gemm_pc_pipeline_full_ncu2024.1.ncu-rep"
 #: file -> (launches, launches with rule results, rule results, results with a speedup estimate), read with ncu_report.
@@ -62,7 +61,7 @@ MARKUP = re.compile(r"@(section|url|source|sass):")
 def reports(corpus: Path) -> dict[str, tuple[TraceTables, list[list[dict[str, Any]]]]]:
     """Every corpus Nsight Compute report: iotrace's tables and, per launch, ncu_report's own rule dicts."""
     paths = sorted(p for p in (corpus / "ncu-rep").iterdir() if p.suffix in (".ncu-rep", ".nsight-cuprof-report"))
-    return {p.name: (load(p), ncu_launches(p, lambda action: action.rule_results_as_dicts())) for p in paths}
+    return {p.name: (load_corpus(p), ncu_launches(p, lambda action: action.rule_results_as_dicts())) for p in paths}
 
 
 def test_every_launch_matches_ncu_report(reports: dict[str, Any]) -> None:

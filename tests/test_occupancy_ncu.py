@@ -24,9 +24,9 @@ from iotrace.occupancy import (
     occupancy_of_recorded_launch,
 )
 from iotrace.sm_limits import sm_limits
-from iotrace.trace import load
 from iotrace.trace.formats.ncu_rep import _VERSION
 from iotrace.trace.reports.report import Report, build_report
+from tests.conftest import load_corpus
 
 ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
 
@@ -143,7 +143,7 @@ def _iotrace_answer(launch: Launch) -> OccupancyResult:
 
 @cache
 def _report(path: Path) -> Report:
-    return build_report(load(path), top=1000, each_launch=True)  # one row per launch, ids in file order
+    return build_report(load_corpus(path), top=1000, each_launch=True)  # one row per launch, ids in file order
 
 
 def _said_not_profiled(launch: Launch) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from iotrace.occupancy import occupancy, occupancy_of_recorded_launch, recorded_launch_opted_in
 from iotrace.sm_limits import sm_limits
+from tests.conftest import load_corpus
 
 CUTLASS = "ncu-rep/a100pcie_cutlass_gemm_dynsmem_ncu2024.1.ncu-rep"
 
@@ -45,10 +46,9 @@ def test_a_recorded_launch_under_48kb_is_a_plain_kernel() -> None:
 
 
 def test_the_report_uses_the_rule(corpus: Path) -> None:
-    from iotrace.trace import load
     from iotrace.trace.reports.report import build_report
 
-    (kernel,) = build_report(load(corpus / CUTLASS)).kernels
+    (kernel,) = build_report(load_corpus(corpus / CUTLASS)).kernels
     occ = kernel.occupancy
     assert occ is not None and occ.result is not None
     assert occ.result.smem_optin and occ.result.limits["shared_mem"] == 1

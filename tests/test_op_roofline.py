@@ -19,7 +19,7 @@ import pytest
 from iotrace.cards import lookup
 from iotrace.trace import load
 from iotrace.trace.reports.op_roofline import op_rooflines
-from tests.conftest import write_kineto
+from tests.conftest import load_corpus, write_kineto
 
 V100 = "kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz"
 
@@ -55,7 +55,7 @@ def _by_hand(path: Path, name: str, dims: list[list[int]]) -> tuple[int, float]:
 
 def test_v100_gemm_ops_are_placed_from_their_shapes_and_their_kernels(corpus: Path) -> None:
     path = corpus / V100
-    tables = load(path)
+    tables = load_corpus(path)
     rows = op_rooflines(tables, lookup("v100-sxm2-16gb"))
     top = rows.iloc[0]
     assert (top["op"], top["shapes"], top["dtype"], top["plugin"]) == (

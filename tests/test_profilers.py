@@ -19,7 +19,7 @@ import pytest
 from iotrace.cards import lookup
 from iotrace.kernel_call import KernelCall
 from iotrace.plugins import kernel
-from tests.conftest import run_cli
+from tests.conftest import load_corpus, run_cli
 from tests.test_profilers_standins import NCU_REP, NSYS_SQLITE, calls, install
 
 # make test-fast leaves these out: profiled runs through stand-in nsys/ncu in real subprocesses.
@@ -99,7 +99,7 @@ def test_nsys_capture_runs_the_child_loads_the_range_and_writes_the_manifest(sta
     from iotrace.trace import load
 
     tables = load(m["paths"]["export"])  # the export is the corpus capture plus the child's range
-    assert len(tables.kernels) == len(load(corpus / NSYS_SQLITE).kernels) == 36
+    assert len(tables.kernels) == len(load_corpus(corpus / NSYS_SQLITE).kernels) == 36
     assert "iotrace/gemm" in set(tables.ranges["name"])
 
 
@@ -289,16 +289,15 @@ def test_find_tool_reads_the_version_and_searches_cuda_home(tmp_path: Path, corp
 
 
 def test_selection_keeps_only_kernels_in_the_range(corpus: Path) -> None:
-    from iotrace.trace import load
     from iotrace.trace.profilers.selection import in_range, name_regex
 
-    tables = load(corpus / NSYS_SQLITE)
+    tables = load_corpus(corpus / NSYS_SQLITE)
     assert in_range(tables, "iotrace/gemm", filtered_by_tool=False).empty
     # A TensorRT range of the same capture: exactly the kernels launched inside it, whatever its depth.
     inside = in_range(tables, "/conv1/Conv + /relu/Relu", filtered_by_tool=False)
     assert len(inside) == 1 and inside["name"].iloc[0].startswith("sm80_xmma_fprop_implicit_gemm_indexed")
     assert len(in_range(tables, "ExecutionContext::execute", filtered_by_tool=False)) == 36
-    ncu = load(corpus / NCU_REP)
+    ncu = load_corpus(corpus / NCU_REP)
     assert len(in_range(ncu, "iotrace/gemm", filtered_by_tool=True)) == 2
     regex = re.compile(name_regex(["dot_prod(float *, float *, float *, int)", "a+b"]))
     assert regex.search("a+b") and not regex.search("aab") and not regex.search("dot_prod_naive(float *)")
@@ -306,10 +305,9 @@ def test_selection_keeps_only_kernels_in_the_range(corpus: Path) -> None:
 
 def test_report_failure_falls_back_to_the_summary(corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from iotrace.cli.profile import _print_report
-    from iotrace.trace import load
     from iotrace.trace.profilers.child import RunPlan
 
-    tables = load(corpus / NCU_REP)
+    tables = load_corpus(corpus / NCU_REP)
     plan = RunPlan(KernelCall(kernel("gemm"), {"M": 64, "N": 64, "K": 64, "bias": 0}, "fp16", lookup("h100")), {},
                    seed=1)
     _print_report(corpus / "no-such-export.ncu-rep", tables, ["dot_prod"], plan)

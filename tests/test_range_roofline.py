@@ -24,7 +24,7 @@ from iotrace.cards import lookup
 from iotrace.trace import load
 from iotrace.trace.reports.range_roofline import NO_RANGE, range_rooflines
 from iotrace.trace.reports.report import build_report
-from tests.conftest import run_cli, write_kineto
+from tests.conftest import load_corpus, run_cli, write_kineto
 
 H200 = "nsys/h200_nvfuser_nvtx_nsys2024.6.sqlite"
 V100 = "kineto/v100_sxm2_16gb_trace_diff_test_kineto.json.gz"
@@ -80,7 +80,7 @@ def _ns(durations: list[float], members: set[int]) -> float:
 def test_h200_nvtx_ranges_match_an_independent_sqlite_join(corpus: Path) -> None:
     path = corpus / H200
     inside, own, depth, outside, durations = _h200(path)
-    result = range_rooflines(load(path), lookup("h200-sxm"))
+    result = range_rooflines(load_corpus(path), lookup("h200-sxm"))
     assert result is not None
     rows = result.table.set_index("range")
     named = rows.drop(index=NO_RANGE)
@@ -203,7 +203,7 @@ def test_kineto_record_function_ranges_and_op_flops_match_the_json(corpus: Path)
 
 
 def test_kineto_top_cut_is_stated_and_keeps_the_no_range_row(corpus: Path) -> None:
-    result = range_rooflines(load(corpus / V100), lookup("v100-sxm2-16gb"), top=3)
+    result = range_rooflines(load_corpus(corpus / V100), lookup("v100-sxm2-16gb"), top=3)
     assert list(result.table["range"])[-1] == NO_RANGE and result.shown == 3
     assert "showing 3 of 32 ranges by kernel time; --top 32 shows all" in result.title()
     shown = result.table["kernel_ns"].iloc[:3].tolist()

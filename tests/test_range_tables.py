@@ -35,7 +35,7 @@ from iotrace.trace.reports.range_roofline import NO_RANGE, range_rooflines
 from iotrace.trace.reports.report import Report, build_report
 from iotrace.trace.reports.timeline import timeline
 from iotrace.trace.tables import TraceTables
-from tests.conftest import corpus_exports, write_kineto
+from tests.conftest import corpus_exports, load_corpus, write_kineto
 
 #: Larger exports are left out, by name, so the file stays well under 30 s (the corpus has none today).
 SIZE_LIMIT = 15_000_000
@@ -68,7 +68,7 @@ def exports(corpus: Path) -> dict[str, Export]:
     for path in corpus_exports(corpus):
         if path.stat().st_size > SIZE_LIMIT:
             continue
-        tables = load(path)
+        tables = load_corpus(path)
         if not len(tables.ranges):
             continue
         roofline = range_rooflines(tables, None, top=ALL)

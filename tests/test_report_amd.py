@@ -18,12 +18,11 @@ import pytest
 from rich.console import Console
 
 from iotrace.cards import lookup
-from iotrace.trace import load
 from iotrace.trace.reports.amd_occupancy import device_gfx
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.occupancy import occupancy_row
 from iotrace.trace.reports.report import KernelReport, Report, build_report
-from tests.conftest import cli_in_process
+from tests.conftest import cli_in_process, load_corpus
 
 ROCPD = "rocprof/mi300x_ck_tile_batched_gemm_rocpd_rocprofv3-rocm7.1.1.db"
 BMM = "rocprof/mi300x_bf16_bmm_rocprof-compute3.3_rocm7.1"
@@ -35,7 +34,7 @@ CK_CARD = "VGPRs 128 arch + 384 accum, 112 SGPRs, LDS 65,536 B per workgroup, sc
 
 @cache
 def _report(path: Path) -> Report:
-    return build_report(load(path))
+    return build_report(load_corpus(path))
 
 
 def _kernel(report: Report, prefix: str) -> KernelReport:
@@ -88,7 +87,7 @@ def test_mi100_vcopy_on_gfx908_has_ten_wave_slots_per_simd(corpus: Path) -> None
 
 
 def test_a_file_naming_no_gpu_needs_the_card_for_the_gfx_target(corpus: Path) -> None:
-    tables = load(corpus / LAPLACIAN)
+    tables = load_corpus(corpus / LAPLACIAN)
     row = tables.kernels.iloc[0]
     occ, missing = occupancy_row(row, MetricView(tables.metrics), None, gfx=device_gfx(tables, row["device"]))
     assert occ.theoretical_pct is None and occ.amd is not None and occ.amd.arch_vgpr == 16

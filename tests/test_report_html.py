@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.render.html import report_html
 from iotrace.trace.reports.report import build_report
 from iotrace.trace.tables import build
+from tests.conftest import load_corpus
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
 pytestmark = [pytest.mark.slow,  # a real browser loads each page: make test-fast leaves these out
@@ -133,7 +133,7 @@ def _assert_offline_and_rendered(page: Path, tmp_path: Path) -> dict:
 
 def test_t4_report_renders_offline_with_no_script_errors(corpus: Path, tmp_path: Path) -> None:
     page = tmp_path / "t4.html"
-    page.write_text(report_html(build_report(load(corpus / "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep"))),
+    page.write_text(report_html(build_report(load_corpus(corpus / "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep"))),
                     encoding="utf-8")
     probe = _assert_offline_and_rendered(page, tmp_path)
     assert "Memory bound: memory throughput" in probe["text"] and "saves up to" in probe["text"]
@@ -163,7 +163,7 @@ def test_kernel_names_are_text_not_markup(tmp_path: Path) -> None:
 
 def test_the_probe_sees_a_page_without_plotly_as_broken(corpus: Path, tmp_path: Path) -> None:
     """The harness itself: strip the embedded plotly.js and the probe must report errors and no plots."""
-    text = report_html(build_report(load(corpus / "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep")))
+    text = report_html(build_report(load_corpus(corpus / "ncu-rep/t4_matrix_add2d_full_ncu2024.2.ncu-rep")))
     start = text.index("<script>", text.index("</style>"))
     broken = text[:start] + text[text.index("</script>", start) + len("</script>"):]
     page = tmp_path / "broken.html"

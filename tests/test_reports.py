@@ -30,7 +30,7 @@ from iotrace.trace.reports.roofline import roofline_point
 from iotrace.trace.reports.stall_reasons import canonical, reasons
 from iotrace.trace.tables import build
 
-from .conftest import corpus_bench_results, corpus_exports
+from .conftest import corpus_bench_results, corpus_exports, load_corpus
 
 ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
 
@@ -64,7 +64,7 @@ def _raw(path: str) -> list[dict[str, float]]:
 
 @cache
 def _report(corpus: Path, name: str, **options: object):
-    return build_report(load(corpus / name), top=1000, each_launch=True, **options)  # compared launch by launch
+    return build_report(load_corpus(corpus / name), top=1000, each_launch=True, **options)  # compared launch by launch
 
 
 def _ncu_reps(corpus: Path) -> list[Path]:
@@ -299,7 +299,7 @@ def test_a_kernel_with_no_counters_is_placed_by_its_plugin_model_and_labelled_mo
 
 
 def test_counters_beside_a_cost_model_say_how_many_times_the_bytes_the_algorithm_needs(corpus: Path) -> None:
-    tables = load(corpus / A10G)
+    tables = load_corpus(corpus / A10G)
     view = MetricView(tables.metrics)
     # SGEMM with M = N = K = 1024 in fp32: 2·M·N·K FLOPs, A, B read and C written once, 4 bytes each.
     cost = Cost(2.0 * 1024**3, 3 * 1024 * 1024 * 4.0, "fp32", "2MNK; (MK + KN + MN)·4 bytes")
@@ -317,7 +317,7 @@ def test_counters_beside_a_cost_model_say_how_many_times_the_bytes_the_algorithm
 
 
 def test_ceilings_come_from_the_file_or_the_card_and_say_which(corpus: Path) -> None:
-    tables = load(corpus / T4)
+    tables = load_corpus(corpus / T4)
     by_file = build_report(tables, ceilings="file").kernels[0].roofline
     by_card = build_report(tables, ceilings="card").kernels[0].roofline
     assert by_file.peak_source.startswith("file: 2 × sm__sass_thread_inst_executed_op_ffma_pred_on")
@@ -329,7 +329,7 @@ def test_ceilings_come_from_the_file_or_the_card_and_say_which(corpus: Path) -> 
 
 
 def test_timeline_of_an_nsys_trace_matches_its_tables(corpus: Path) -> None:
-    tables = load(corpus / NSYS)
+    tables = load_corpus(corpus / NSYS)
     report = build_report(tables)
     line = report.timeline
     assert line is not None
@@ -367,7 +367,7 @@ def test_timeline_of_an_nsys_trace_matches_its_tables(corpus: Path) -> None:
 
 
 def test_kernel_filter_and_bad_regex(corpus: Path) -> None:
-    tables = load(corpus / A10G)
+    tables = load_corpus(corpus / A10G)
     assert [k.name.split("<")[0] for k in build_report(tables, kernel="warptiling").kernels] == ["void warptiling"]
     with pytest.raises(IotraceError, match="matches none"):
         build_report(tables, kernel="no_such_kernel")
@@ -407,7 +407,7 @@ def test_every_corpus_file_renders_in_every_text_format(corpus: Path) -> None:
         raise AssertionError(f"JSON holds {constant}")
 
     for path in corpus_exports(corpus):
-        report = build_report(load(path), top=20)
+        report = build_report(load_corpus(path), top=20)
         console = Console(width=100, record=True, color_system=None, file=io.StringIO())
         print_report(console, report)
         text = console.export_text()
@@ -459,7 +459,7 @@ def test_launch_latency_is_measured_once_the_tables_keep_the_launch_call(corpus:
     """A trace without the launching calls (``launch_ns`` missing) says so; with them, the latency is their gap."""
     from iotrace.trace.reports.timeline import timeline
 
-    tables = load(corpus / NSYS)
+    tables = load_corpus(corpus / NSYS)
     tables.kernels["launch_ns"] = None
     assert timeline(tables).launch_latency is None
     tables.kernels["launch_ns"] = tables.kernels["start_ns"] - 7_000  # every kernel starts 7 µs after its call

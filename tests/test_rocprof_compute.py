@@ -11,7 +11,7 @@ import pytest
 
 from iotrace.trace import load
 from iotrace.trace.errors import TraceFormatError
-from tests.conftest import run_cli
+from tests.conftest import load_corpus, run_cli
 
 MI300X = "rocprof/mi300x_bf16_bmm_rocprof-compute3.3_rocm7.1"
 MI210 = "rocprof/mi210_multikernel_omniperf2.1_rocm6.2"
@@ -19,13 +19,8 @@ MI100 = "rocprof/mi100_vcopy_omniperf2.0_rocm6.0"
 FOLDERS = [MI300X, MI210, MI100]
 BMM = "void batched_matrix_multiplication_matrix_core_64x64x4<64u, 64u, 8u>"
 
-_cache: dict[str, object] = {}
-
-
 def loaded(corpus: Path, folder: str):
-    if folder not in _cache:
-        _cache[folder] = load(corpus / folder)
-    return _cache[folder]
+    return load_corpus(corpus / folder)
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -159,7 +154,7 @@ def test_mi100_has_no_roofline_and_says_so(corpus: Path) -> None:
 
 @pytest.mark.parametrize("entry", ["pmc_perf.csv", "sysinfo.csv", "timestamps.csv", "pmc_dispatch_info.csv"])
 def test_any_file_of_the_workload_reads_the_workload(corpus: Path, entry: str) -> None:
-    tables = load(corpus / MI210 / entry)
+    tables = load_corpus(corpus / MI210 / entry)
     assert tables.meta["source"] == str(corpus / MI210)
     assert tables.rows("kernels") == 7
 

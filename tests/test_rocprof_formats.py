@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from iotrace.trace import TraceFormatError, load
-from tests.conftest import run_cli
+from tests.conftest import load_corpus, run_cli
 
 ROCPD = "rocprof/mi300x_ck_tile_batched_gemm_rocpd_rocprofv3-rocm7.1.1.db"
 RESULTS = "rocprof/mi250_laplacian_rocprof-v1_results.csv"
@@ -91,7 +91,7 @@ def test_cli_info_on_a_rocpd_database_shows_its_kernels(corpus: Path) -> None:
 
 def test_rocprof_v1_results_csv_matches_the_file_and_its_stats(corpus: Path) -> None:
     rows = _csv(corpus / RESULTS)
-    tables = load(corpus / RESULTS)
+    tables = load_corpus(corpus / RESULTS)
     kernels = tables.kernels
     assert tables.meta["format"] == "rocprof-csv" and len(kernels) == len(rows) == 1004
     assert list(kernels["name"]) == [_strip_kd(r["KernelName"]) for r in rows]
@@ -111,7 +111,7 @@ def test_rocprof_v1_results_csv_matches_the_file_and_its_stats(corpus: Path) -> 
 @pytest.mark.parametrize("name", [STATS, R9700_STATS])
 def test_rocprof_v1_kernel_stats_are_kernel_totals(corpus: Path, name: str) -> None:
     rows = _csv(corpus / name)
-    tables = load(corpus / name)
+    tables = load_corpus(corpus / name)
     kernels = tables.kernels
     assert tables.meta["schema"] == "kernel stats" and len(kernels) == len(rows)
     assert list(kernels["name"]) == [_strip_kd(r["Name"]) for r in rows]
@@ -123,7 +123,7 @@ def test_rocprof_v1_kernel_stats_are_kernel_totals(corpus: Path, name: str) -> N
 
 def test_rocprof_v1_counter_csv_keeps_counters_per_dispatch(corpus: Path) -> None:
     rows = _csv(corpus / COUNTERS)
-    tables = load(corpus / COUNTERS)
+    tables = load_corpus(corpus / COUNTERS)
     assert len(tables.kernels) == len(rows) == 1004 and tables.kernels["duration_ns"].isna().all()
     counters = ["FETCH_SIZE", "WRITE_SIZE", "TCP_TOTAL_CACHE_ACCESSES_sum", "TCP_TCC_READ_REQ_sum",
                 "TCP_TCC_WRITE_REQ_sum"]
@@ -138,7 +138,7 @@ def test_rocprof_v1_json_reads_kernels_copies_calls_and_agents(corpus: Path) -> 
     doc = json.loads((corpus / JSON).read_text())
     complete = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
     names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M"}
-    tables = load(corpus / JSON)
+    tables = load_corpus(corpus / JSON)
     assert tables.meta["format"] == "rocprof-json"
     gpu = [e for e in complete if names[e["pid"]].startswith("GPU")]
     assert list(tables.kernels["name"]) == [e["args"]["Name"] for e in gpu]
@@ -157,11 +157,11 @@ def test_rocprof_v1_json_reads_kernels_copies_calls_and_agents(corpus: Path) -> 
 
 def test_rocprof_v1_copy_and_hip_stats(corpus: Path) -> None:
     copies = _csv(corpus / COPY_STATS)
-    tables = load(corpus / COPY_STATS)
+    tables = load_corpus(corpus / COPY_STATS)
     assert tables.counts()["memcpy"] == sum(int(r["Calls"]) for r in copies) == 3
     assert sorted(tables.transfers["duration_ns"]) == sorted(float(r["TotalDurationNs"]) for r in copies)
     hip = _csv(corpus / HIP_STATS)
-    tables = load(corpus / HIP_STATS)
+    tables = load_corpus(corpus / HIP_STATS)
     summary = tables.meta["api_summary"]
     assert [(s["name"], s["calls"], s["total_ns"]) for s in summary] == [
         (r["Name"], int(r["Calls"]), float(r["TotalDurationNs"])) for r in hip]

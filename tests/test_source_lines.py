@@ -22,13 +22,12 @@ import pytest
 from rich.console import Console
 
 from iotrace.errors import IotraceError
-from iotrace.trace import load
 from iotrace.trace.render.html import report_html
 from iotrace.trace.render.markdown import md, report_markdown
 from iotrace.trace.render.terminal import print_report
 from iotrace.trace.reports import build_report
 from iotrace.trace.tables import SOURCE_SAMPLE_COLUMNS, build
-from tests.conftest import ncu_launches, run_cli
+from tests.conftest import load_corpus, ncu_launches, run_cli
 
 V100 = "ncu-rep/v100_sxm2_miniweather_openacc_full_ncu2022.2.ncu-rep"  # --import-source: lines and their text
 A100 = "ncu-rep/a100pcie_cutlass_gemm_dynsmem_ncu2024.1.ncu-rep"  # lines, SASS and imported CUTLASS headers
@@ -84,7 +83,7 @@ def _sass(path: Path, addresses: list[int]) -> dict[int, str]:
 @pytest.fixture(scope="module")
 def reports(corpus: Path) -> dict[str, Any]:
     """Each corpus file of this test loaded and reported once."""
-    return {name: build_report(load(corpus / name)) for name in (V100, A100, T4, KMEANS)}
+    return {name: build_report(load_corpus(corpus / name)) for name in (V100, A100, T4, KMEANS)}
 
 
 def test_table_holds_every_sampled_address_and_reason(corpus: Path, reports: dict[str, Any]) -> None:
@@ -162,7 +161,7 @@ def test_report_without_source_counters_names_the_flags(corpus: Path, reports: d
 
 
 def test_other_formats_have_an_empty_typed_table(corpus: Path) -> None:
-    tables = load(corpus / "kineto/a100_pg509_triton_kernel_kineto.json.gz")
+    tables = load_corpus(corpus / "kineto/a100_pg509_triton_kernel_kineto.json.gz")
     assert tables.rows("source_samples") == 0 and list(tables.source_samples.columns) == list(SOURCE_SAMPLE_COLUMNS)
     report = build_report(tables)
     assert report.source_lines == [] and not [u for u in report.unavailable if u["report"] == "source lines"]

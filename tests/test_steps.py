@@ -22,7 +22,7 @@ from iotrace.trace.reports.step_report import StepModel, StepOptions, machine_of
 from iotrace.trace.reports.step_roles import CATEGORIES, kernel_role
 from iotrace.trace.reports.steps import find_steps
 from iotrace.trace.reports.waterfall import waterfall
-from tests.conftest import run_cli_in_process, union_ns
+from tests.conftest import load_corpus, run_cli_in_process, union_ns
 
 H100 = "kineto/h100sxm_x4tp_vllm_v1_llama3-70b_prefill1049_decode9_rank0_kineto.json.gz"
 STEP = re.compile(r"gpu_model_runner\.py\(\d+\): execute_model$")
@@ -31,7 +31,7 @@ _cache: dict[str, object] = {}
 
 @pytest.fixture(scope="module")
 def h100(corpus: Path):
-    return load(corpus / H100)
+    return load_corpus(corpus / H100)
 
 
 @pytest.fixture(scope="module")

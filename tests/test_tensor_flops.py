@@ -19,7 +19,6 @@ import pandas as pd
 import pytest
 
 from iotrace.cards import lookup
-from iotrace.trace import load
 from iotrace.trace.reports.metricview import MetricView
 from iotrace.trace.reports.report import build_report
 from iotrace.trace.reports.roofline import roofline_point
@@ -33,7 +32,7 @@ from iotrace.trace.reports.tensor_flops import (
     tensor_peak,
 )
 
-from .conftest import ncu_launches
+from .conftest import load_corpus, ncu_launches
 
 ncu_report = pytest.importorskip("ncu_report", reason="ncu-report is not installed: pip install 'iotrace[nsight]'")
 
@@ -258,7 +257,7 @@ def test_every_corpus_report_with_tensor_counters_is_counted_or_says_what_it_lac
         if not any(any(t in n for t in _TENSORISH) for launch in launches for n in launch["values"]):
             continue
         with_tensor_counters += 1
-        tables = load(path)
+        tables = load_corpus(path)
         view = MetricView(tables.metrics)
         report = build_report(tables, top=1000, each_launch=True)
         assert not any(n.split(".")[0].startswith(("sm__ops_path", "smsp__ops_path"))
@@ -293,7 +292,7 @@ def test_h100_wgmma_gemm_counts_2mnk_at_8192_cubed(corpus: Path) -> None:
     dense bf16 peak."""
     path = corpus / H100_GEMM
     launches = ncu_launches(path, _read)
-    tables = load(path)
+    tables = load_corpus(path)
     view = _with_per_opcode(tables.metrics, launches)
     durations = tables.kernels["duration_ns"].to_list()
     for kid, launch in enumerate(launches):
@@ -335,7 +334,7 @@ def test_a40_int8_imma_reports(corpus: Path, name: str, sass: str, ops: int) -> 
     path = corpus / name
     (launch,) = ncu_launches(path, _read)
     assert _expected(launch["per_opcode"]) == ({"int8 dense": ops}, [], launch["per_opcode"][sass])
-    tables = load(path)
+    tables = load_corpus(path)
     view = _with_per_opcode(tables.metrics, [launch])
     assert tensor_flops(view, 0, None).flops_by_type == {"int8 dense": ops}
     point, _ = roofline_point(view, 0, "julia", float(tables.kernels["duration_ns"][0]), lookup("a40"))
@@ -356,7 +355,7 @@ def test_h100_one_block_hfma2_mma_is_no_tensor_work(corpus: Path) -> None:
     FLOPs, nothing lacking, and no tensor peak."""
     path = corpus / H100_1BLOCK
     launches = ncu_launches(path, _read)
-    tables = load(path)
+    tables = load_corpus(path)
     report = build_report(tables, top=1000, each_launch=True)
     for kid, (kernel, launch) in enumerate(zip(report.kernels, launches, strict=True)):
         hmma = "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"

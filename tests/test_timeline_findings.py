@@ -18,7 +18,7 @@ import pytest
 from iotrace.trace import load
 from iotrace.trace.findings.timeline_rules import GAP_NS, LAUNCH_BOUND_RUN, UTIL_CHUNKS, UTIL_PCT
 from iotrace.trace.reports.report import Report, build_report
-from tests.conftest import CORPUS, cli_in_process, merge_spans, write_kineto
+from tests.conftest import CORPUS, cli_in_process, load_corpus, merge_spans, write_kineto
 from tests.test_findings_ranking import SYNC_NAMES, idle_after, sqlite_busy
 
 ALEXNET = "kineto/a100_pg509_alexnet_kineto_trace.json.gz"
@@ -33,7 +33,7 @@ RESNET = "kineto/v100_dgxs_resnet50_tbplugin_kineto.json.gz"
 
 @cache
 def _report(name: str, top: int = 1000) -> Report:
-    return build_report(load(CORPUS / name), top=top)
+    return build_report(load_corpus(CORPUS / name), top=top)
 
 
 def _sqlite_gpu_ops(path: Path) -> list[tuple[int, int]]:
@@ -186,11 +186,11 @@ def _timelines() -> list[str]:
 
 @pytest.mark.parametrize("name", _timelines() or ["(no corpus)"])
 def test_no_nccl_kernel_gets_launch_or_occupancy_advice_and_top_limits_findings(corpus: Path, name: str) -> None:
-    full = build_report(load(corpus / name), top=1000)
+    full = build_report(load_corpus(corpus / name), top=1000)
     for f in full.findings:
         if f.kernel and ("ncclKernel" in f.kernel or "ncclDevKernel" in f.kernel):
             assert f.rule not in ("small-grid", "tail", "occupancy-limit", "achieved-gap", "dominant-stall"), f.text
-    top = build_report(load(corpus / name), top=3)
+    top = build_report(load_corpus(corpus / name), top=3)
     assert len(top.findings) <= 3 and top.findings_total == len(full.findings)
     split = None if full.timeline is None else full.timeline.split
     if split is not None:  # the four parts always sum to the span

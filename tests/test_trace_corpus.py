@@ -20,7 +20,7 @@ import pytest
 
 from iotrace.trace import TraceFormatError, TraceToolError, load
 from iotrace.trace.reports.report import build_report
-from tests.conftest import corpus_bench_results, corpus_exports, ncu_launches, run_cli
+from tests.conftest import corpus_bench_results, corpus_exports, load_corpus, ncu_launches, run_cli
 
 # file -> (format, kernels, launches, devices' first card, first kernel facts, extras)
 # first kernel facts: name fragment, registers, (grid), (block), duration in ns.
@@ -161,13 +161,8 @@ ROCPROF_COMPUTE = {f"rocprof/{folder}/{n}.csv" for folder, names in (
     ("mi300x_bf16_bmm_rocprof-compute3.3_rocm7.1", "pmc_dispatch_info pmc_kernel_top pmc_perf roofline sysinfo"))
     for n in names.split()}
 
-_cache: dict[str, object] = {}
-
-
 def loaded(corpus: Path, name: str):
-    if name not in _cache:
-        _cache[name] = load(corpus / name)
-    return _cache[name]
+    return load_corpus(corpus / name)
 
 
 def test_every_corpus_file_is_covered(corpus: Path) -> None:
@@ -378,16 +373,16 @@ def test_nvprof_summary_and_nsys_stats_ranges(corpus: Path) -> None:
 @pytest.mark.parametrize("name", NSYS_REPORTS)
 def test_nsys_reports_need_nsys(corpus: Path, name: str) -> None:
     if shutil.which("nsys"):
-        tables = load(corpus / name)
+        tables = load_corpus(corpus / name)
         assert tables.meta["format"] == "nsys-rep"
         return
     with pytest.raises(TraceToolError, match="nsys export --type sqlite"):
-        load(corpus / name)
+        load_corpus(corpus / name)
 
 
 @pytest.mark.skipif(shutil.which("nsys") is None, reason="needs Nsight Systems (nsys) on PATH to export .nsys-rep")
 def test_nsys_rep_and_its_sqlite_agree(corpus: Path) -> None:
-    rep = load(corpus / "nsys/rtx3090_tensorrt_memfusion.nsys-rep")
+    rep = load_corpus(corpus / "nsys/rtx3090_tensorrt_memfusion.nsys-rep")
     sql = loaded(corpus, "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite")
     assert list(rep.kernels["name"]) == list(sql.kernels["name"])
     assert list(rep.kernels["duration_ns"]) == list(sql.kernels["duration_ns"])
@@ -400,7 +395,7 @@ def test_launch_times_come_from_the_launching_call(corpus: Path) -> None:
     with sqlite3.connect(path) as db:
         want = dict(db.execute("SELECT k.correlationId, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
                                "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId"))
-    kernels = load(path).kernels
+    kernels = load_corpus(path).kernels
     assert len(want) == len(kernels) == 5
     assert {int(c): int(t) for c, t in zip(kernels["correlation_id"], kernels["launch_ns"], strict=True)} == want
     assert bool((kernels["start_ns"] > kernels["launch_ns"]).all())
@@ -411,7 +406,7 @@ def test_launch_times_come_from_the_launching_call(corpus: Path) -> None:
     call = next(e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")  # Triton: cuLaunchKernel
                 and e["args"].get("correlation") == kernel["args"]["correlation"])
     assert call["name"] == "cuLaunchKernel"
-    loaded = load(path).kernels
+    loaded = load_corpus(path).kernels
     assert int(loaded["launch_ns"].iloc[0]) == round(call["ts"] * 1000)
 
 
@@ -449,7 +444,7 @@ def test_nsys_rep_is_converted_with_nsys_export(mode: str, corpus: Path, tmp_pat
             load(report)
         return
     tables = load(report)
-    direct = load(corpus / "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite")
+    direct = load_corpus(corpus / "nsys/rtx3090_tensorrt_memfusion_nsys2023.1.sqlite")
     assert tables.meta["format"] == "nsys-rep" and tables.meta["converted_with"].endswith("nsys export --type sqlite")
     assert len(tables.kernels) == len(direct.kernels) == 36
     assert tables.kernels["duration_ns"].tolist() == direct.kernels["duration_ns"].tolist()

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.info import render_info, summarise
 from iotrace.trace.reports import build_report
 
-from .conftest import ncu_launches, run_cli
+from .conftest import load_corpus, ncu_launches, run_cli
 from .conftest import run_cli_in_process as _in_process
 
 KMEANS = "ncu-rep/gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep"
@@ -70,7 +69,7 @@ def _report(path: Path, *extra: str) -> dict:
 def test_one_kernel_launched_100_times_is_one_kernel_with_100_launches(corpus: Path) -> None:
     raw = _ncu_launches(corpus / KMEANS)
     assert len(raw) == 100 and len({r["name"] for r in raw}) == 1
-    counts = load(corpus / KMEANS).counts()
+    counts = load_corpus(corpus / KMEANS).counts()
     assert (counts["kernels"], counts["kernel_rows"], counts["launches"], counts["measured_launches"]) == (
         1, 100, 100, 100)
     info = _info(corpus / KMEANS)
@@ -90,7 +89,7 @@ def test_kineto_memcpy_and_memset_are_counted_apart(corpus: Path, name: str) -> 
     memset = sum(1 for e in events if e.get("cat") == "gpu_memset")
     kernels = [e["name"] for e in events if e.get("cat") == "kernel"]
     assert memcpy and memset
-    counts = load(corpus / name).counts()
+    counts = load_corpus(corpus / name).counts()
     assert (counts["memcpy"], counts["memset"], counts["transfers"]) == (memcpy, memset, memcpy + memset)
     assert (counts["kernels"], counts["launches"]) == (len(set(kernels)), len(kernels))
     assert f"{memcpy} memcpy, {memset} memset" in _in_process("info", str(corpus / name)).stdout
@@ -101,7 +100,7 @@ def test_gpu_mirrors_of_annotations_are_counted_apart_and_not_twice_in_the_timel
     cpu = Counter(e["name"] for e in events if e.get("cat") == "user_annotation")
     gpu = Counter(e["name"] for e in events if e.get("cat") == "gpu_user_annotation")
     assert gpu and set(gpu) <= set(cpu)  # each GPU annotation mirrors a CPU one of the same name
-    tables = load(corpus / NCCL)
+    tables = load_corpus(corpus / NCCL)
     counts = tables.counts()
     assert (counts["ranges"], counts["gpu_ranges"]) == (sum(cpu.values()), sum(gpu.values()))
     line = build_report(tables).timeline
@@ -116,7 +115,7 @@ def test_range_profiler_launches_without_a_duration_are_not_measured(corpus: Pat
     # One cuda_profiler_range event per profiled kernel; its span is the replay, so no kernel duration.
     kernels = [e for e in events if e.get("cat") == "cuda_profiler_range"]
     assert not any(e.get("cat") == "kernel" for e in events)
-    tables = load(corpus / RANGE_PROFILER)
+    tables = load_corpus(corpus / RANGE_PROFILER)
     counts = tables.counts()
     assert counts["launches"] == len(kernels) == 77 and counts["kernels"] == len({e["name"] for e in kernels})
     assert counts["measured_launches"] == 0 < counts["launches"]
@@ -156,7 +155,7 @@ def test_markdown_and_html_headers_carry_the_counts(corpus: Path, tmp_path: Path
     for target in (md, page):
         done = _in_process("report", str(corpus / JULIA), "--format", target.suffix[1:], "--output", str(target))
         assert done.returncode == 0, done.stderr
-    words = counts_text(load(corpus / JULIA).counts())
+    words = counts_text(load_corpus(corpus / JULIA).counts())
     assert words.startswith("3 kernels (5 launches)")
     assert words in md.read_text(encoding="utf-8") and words in page.read_text(encoding="utf-8")
     assert "Kernels (5 profiled launches of 3 kernels)" in page.read_text(encoding="utf-8")
@@ -223,12 +222,12 @@ def test_kineto_total_shared_memory_only(corpus: Path) -> None:
     per: dict[str, list[int]] = defaultdict(list)
     for e in events:
         per[e["name"]].append(e["args"]["shared memory"])
-    info = summarise(load(corpus / ALEXNET), top=1000)
+    info = summarise(load_corpus(corpus / ALEXNET), top=1000)
     assert {k["name"] for k in info["top_kernels"]} == set(per)
     for k in info["top_kernels"]:
         assert k["static_smem_bytes"] is None and k["dynamic_smem_bytes"] is None  # Kineto records only the total
         assert k["smem_bytes"] == {"min": min(per[k["name"]]), "max": max(per[k["name"]])}
-    report = build_report(load(corpus / ALEXNET), top=1000).to_dict()
+    report = build_report(load_corpus(corpus / ALEXNET), top=1000).to_dict()
     seen: dict[str, set[int]] = defaultdict(set)
     for k in report["kernels"]:  # one record per launch configuration, shared memory part of it
         assert k["static_smem_bytes"] is None and k["dynamic_smem_bytes"] is None
@@ -237,7 +236,7 @@ def test_kineto_total_shared_memory_only(corpus: Path) -> None:
 
 
 def test_a_range_profiler_trace_has_no_shared_memory_and_says_none(corpus: Path) -> None:
-    report = build_report(load(corpus / RANGE_PROFILER)).to_dict()
+    report = build_report(load_corpus(corpus / RANGE_PROFILER)).to_dict()
     assert report["kernels"] and all(k["smem_bytes"] is None for k in report["kernels"])
 
 

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from iotrace.trace import load
 from iotrace.trace.reports.report import build_report
 from iotrace.trace.reports.roofline import LATENCY_PCT
-from tests.conftest import ncu_launches
+from tests.conftest import load_corpus, ncu_launches
 
 SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 MEMORY = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
@@ -45,7 +44,7 @@ def test_a_report_without_dram_bytes_keeps_its_speed_of_light_and_is_classified_
     path = corpus / "ncu-rep" / name
     raw = _throughputs(path)
     assert not any(has_dram for *_, has_dram in raw), "the file was meant to lack dram__bytes"
-    report = build_report(load(path), each_launch=True)  # compared launch by launch
+    report = build_report(load_corpus(path), each_launch=True)  # compared launch by launch
     assert report.kernels
     for kernel in report.kernels:
         _, sm, memory, _ = raw[kernel.kernel_id]
@@ -70,5 +69,5 @@ def test_kmeans_first_launch_is_balanced_by_its_speed_of_light(corpus: Path) -> 
     path = corpus / "ncu-rep" / "gtx1660_kmeans_100_launches_default_set_ncu2022.4.ncu-rep"
     _, sm, memory, _ = _throughputs(path)[0]
     assert (round(sm, 2), round(memory, 2)) == (79.07, 75.84)
-    kernel = build_report(load(path), each_launch=True).kernels[0]  # launch 0
+    kernel = build_report(load_corpus(path), each_launch=True).kernels[0]  # launch 0
     assert kernel.roofline.bound == "balanced"

@@ -68,6 +68,25 @@ def test_columns_match_the_frame_and_follow_it_once_it_is_handed_out() -> None:
     assert tables.kernel_breakdown()[0].total_ns == max(r.launches for r in tables.kernel_breakdown())
 
 
+def test_a_copy_is_the_file_as_parsed_and_changes_to_either_stay_their_own() -> None:
+    """What tests.conftest.load_corpus hands each test: one parse, copied (a change through a frame, in place into a
+    frame's array, or to meta reaches neither the original nor another copy)."""
+    original = iotrace.trace.load(_corpus("kineto/v100_sxm2_32gb_ns_resolution_kineto.json.gz"))
+    durations = original.column("kernels", "duration_ns").copy()
+    first, second = original.copy(), original.copy()
+    pd.testing.assert_frame_equal(first.kernels, original.kernels)
+    assert first.meta == original.meta and first.counts() == original.counts()
+    first.column("transfers", "launches")[:] = 7  # in place, into the array column() hands out
+    first.kernels["duration_ns"] = 1.0
+    first.table("ops").loc[0, "name"] = "changed"
+    first.meta["notes"].append("a note of the first copy's")
+    np.testing.assert_array_equal(second.column("kernels", "duration_ns"), durations)
+    np.testing.assert_array_equal(original.column("kernels", "duration_ns"), durations)
+    assert second.counts()["transfers"] == original.counts()["transfers"] != 7 * original.rows("transfers")
+    assert second.ops.loc[0, "name"] == original.ops.loc[0, "name"] != "changed"
+    assert "a note of the first copy's" not in second.meta["notes"] + original.meta["notes"]
+
+
 def test_plain_columns_and_a_dataframe_build_the_same_exact_tables() -> None:
     epoch_ns = [1_712_195_495_506_162_530, None, 1_712_195_495_506_162_531]  # past 2^53: a float would round
     columns = {"id": [0, 1, 2], "name": ["a", None, "c"], "start_ns": epoch_ns, "duration_ns": [1.5, None, 2.0],

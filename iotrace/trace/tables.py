@@ -228,6 +228,17 @@ class TraceTables:
     def host_ops(self) -> pd.DataFrame:
         return self.table("host_ops")
 
+    def copy(self) -> TraceTables:
+        """Tables of their own, as parsed: the columns copied (numpy copies; the values are numbers, strings and
+        None), ``meta`` deep-copied, the frames built again on first access (a change made through this object's
+        frames is not carried over). One loaded file kept for many readers is handed to each as a copy, so one
+        reader's change to a table is not another's input."""
+        import copy
+
+        columns = {table: {name: Column(col.values.copy(), None if col.missing is None else col.missing.copy())
+                           for name, col in cols.items()} for table, cols in self._columns.items()}
+        return TraceTables(columns, copy.deepcopy(self.meta))
+
     def rows(self, name: str) -> int:
         """How many rows table ``name`` has."""
         if name in self._frames:
