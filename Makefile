@@ -26,7 +26,7 @@ BUILD_AT_ONCE = $(MAKE) --no-print-directory -j4 -Oline
 test:
 	@$(BUILD_AT_ONCE) $(STAMP) $(NCU_REPORT_OLD) system-deps engines
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=25 --durations-file .pytest-durations.json
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=25 --durations-file=.pytest-durations.json
 	$(BIN)/python -m pytest -q -p no:xdist tests/test_suite_budget.py
 
 # The suite without the tests marked slow (Triton-interpreter kernel checks, cold compiles, the fuzz and header

@@ -1,7 +1,9 @@
 """The suite's time budget: each test's wall time recorded by `make test`, and the check that keeps it.
 
-`make test` runs pytest with ``--durations-file .pytest-durations.json``; the conftest hooks record every test's
-setup + call + teardown time there (on the xdist controller, once per test), with whether it is marked ``slow``.
+`make test` runs pytest with ``--durations-file=.pytest-durations.json`` (with the ``=``: as two words, once the
+file exists pytest reads it as a path to test and never loads tests/conftest.py, which adds the option, so a second
+`make test` failed); the conftest hooks record every test's setup + call + teardown time there (on the xdist
+controller, once per test), with whether it is marked ``slow``.
 tests/test_suite_budget.py then fails when a test over :data:`BUDGET_S` is not marked ``slow``: the fast subset
 (`make test-fast`) stays fast, and a slow test is a decision someone wrote down, not an accident.
 """
