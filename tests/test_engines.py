@@ -96,6 +96,26 @@ def test_a_run_on_a_busy_machine_says_so() -> None:
     assert here.cores == os.cpu_count() and here.load_1min == pytest.approx(os.getloadavg()[0], abs=2.0)
 
 
+@pytest.mark.parametrize(("omp", "threads"), [("1", 1), ("3", 3), (" 2 ", 2), ("0", None), ("", None), ("four", None),
+                                              (None, None)])
+def test_engines_get_omp_num_threads_where_it_is_set_else_every_core(omp: str | None, threads: int | None,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes that each take every core oversubscribe them: iotrace's engine took 22 s for 4 tokens inside
+    the suite (each xdist worker runs with OMP_NUM_THREADS=1) against 3 s alone."""
+    from iotrace.engines.builtins import llama_cpp_argv
+    from iotrace.engines.engine_def import ServeArgs
+    from iotrace.engines.machine_load import engine_threads
+
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    expected = threads or os.cpu_count()
+    assert engine_threads() == expected
+    argv = llama_cpp_argv(ServeArgs(python=Path(sys.executable), gguf=Path("m.gguf"), model_dir=None, port=1))
+    assert argv[argv.index("--n_threads") + 1] == str(expected)
+
+
 def test_figures_come_from_llama_cpp_counters_where_present_else_the_runner_clock() -> None:
     clock = {"reps": [{"prefill_s": 0.5, "step_s": [0.1, 0.3], "counters": {}},
                       {"prefill_s": 0.25, "step_s": [0.2, 0.2], "counters": {}}], "timing": {"decode": "runner"}}

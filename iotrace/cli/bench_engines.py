@@ -57,7 +57,7 @@ def add_engine_options(bench: argparse.ArgumentParser) -> None:
     group.add_argument("--concurrency", type=count_at_least(1), default=1, metavar="N",
                        help="N requests submitted at once (vllm only; default 1)")
     group.add_argument("--threads", type=count_at_least(1), metavar="N",
-                       help="CPU threads given to every engine (default: all cores)")
+                       help="CPU threads given to every engine (default: OMP_NUM_THREADS where set, else all cores)")
     group.add_argument("--profile", nargs="?", const="", type=str, metavar="DIR",
                        help="after the timed repetitions, one more recorded with the torch profiler (vLLM: its own) "
                             "into DIR/<engine>.pt.trace.json.gz, with DIR/manifest.json (the model and this run's "

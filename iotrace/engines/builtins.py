@@ -32,12 +32,13 @@ def llama_cpp_argv(args: ServeArgs) -> list[str]:
     Two of its defaults would measure something else than the engine: ``interrupt_requests`` (True) aborts the
     stream being generated when another request arrives, so concurrent streams end after a token or two; and
     ``n_threads`` is half the cores (``max(cpu_count // 2, 1)``, llama_cpp/server/settings.py), where the offline
-    runner and the other engines get them all. One request at a time is what this server does: the others queue."""
-    import os
+    runner and the other engines get (``engine_threads``: every core, or ``OMP_NUM_THREADS``). One request at a time is
+    what this server does: the others queue."""
+    from iotrace.engines.machine_load import engine_threads
 
     return [str(args.python), "-m", "llama_cpp.server", "--model", str(args.gguf), "--host", args.host, "--port",
             str(args.port), "--n_ctx", str(args.context), "--interrupt_requests", "False", "--n_threads",
-            str(os.cpu_count() or 1), *args.extra_args]
+            str(engine_threads()), *args.extra_args]
 
 
 BUILTIN_ENGINES = (

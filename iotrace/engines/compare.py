@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iotrace.engines.launch import EngineRun, EngineSpec, rerun_line, run_engine
-from iotrace.engines.machine_load import machine_load
+from iotrace.engines.machine_load import engine_threads, machine_load
 
 if TYPE_CHECKING:
     from iotrace.cards import Card
@@ -171,8 +171,6 @@ def _walls(figures: dict[str, Any], weights: dict[str, Any], device: str, batch:
 def compare_engines(request: EngineComparison, card: Card | None,
                     progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run every engine of ``request`` on the same work and put them side by side (``iotrace.bench-engines/1``)."""
-    import os
-
     from iotrace.engines.hf_folder import hf_folder
     from iotrace.engines.launch import engines_dir
     from iotrace.engines.profiling import profile_cost, profile_manifest, write_manifest
@@ -184,7 +182,7 @@ def compare_engines(request: EngineComparison, card: Card | None,
     gguf = open_gguf(request.gguf)
     config = gguf.config
     stored = sum(int(info.n_bytes) for info in gguf.reader.tensors)
-    threads = request.threads or os.cpu_count() or 1
+    threads = request.threads or engine_threads()
     folder = hf_folder(request.gguf, engines_dir(), progress)
     base = {"gguf": str(Path(request.gguf).resolve()), "hf_folder": str(folder),
             "prompt_ids": list(request.prompt_ids), "gen_tokens": request.gen_tokens, "reps": request.reps,
