@@ -79,7 +79,8 @@ def test_the_builtins_come_through_the_hook_with_the_names_launch_always_had() -
     assert registry.engine("vllm").model_format == "hf" and registry.engine("llama.cpp").model_format == "gguf"
 
 
-def test_the_builtin_servers_command_lines() -> None:
+def test_the_builtin_servers_command_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # llama.cpp's threads: engine_threads (tests/test_engines.py)
     args = ServeArgs(python=Path("/v/bin/python"), gguf=Path("/m/model.gguf"), model_dir=Path("/m/hf"), port=8123,
                      context=1024, extra_args=("--max-num-seqs", "4"))
     assert registry.engine("vllm").argv(args) == [
@@ -87,7 +88,7 @@ def test_the_builtin_servers_command_lines() -> None:
         "--enforce-eager", "--max-model-len", "1024", "--host", "127.0.0.1", "--port", "8123", "--max-num-seqs", "4"]
     assert registry.engine("llama-cpp").argv(args) == [
         "/v/bin/python", "-m", "llama_cpp.server", "--model", "/m/model.gguf", "--host", "127.0.0.1", "--port",
-        "8123", "--n_ctx", "1024", "--interrupt_requests", "False", "--n_threads", str(os.cpu_count() or 1),
+        "8123", "--n_ctx", "1024", "--interrupt_requests", "False", "--n_threads", "3",
         "--max-num-seqs", "4"]
     assert registry.engine("vllm").server_env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     with pytest.raises(PluginError, match=r"^iotrace has no server to start"):
