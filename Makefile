@@ -13,9 +13,9 @@ tour: $(STAMP)
 
 # The whole suite, on every core (pytest-xdist; tests sharing one resource are grouped, --dist loadgroup), then the
 # budget check on the run just recorded: no test over 60 s without the slow mark (tests/test_suite_budget.py).
-# 18 min 5 s in a clean clone on two quiet cores, venv and engine builds included (`CI=true bash .ci/run`, 2026-12-04:
-# the suite 14 min 37 s, 1,709 s of tests summed over the two workers; a third worker was slower and ran out of host
-# memory); where it goes: docs/contributing/index.md.
+# 14 min 36 s in a clean clone on two quiet cores, venv and engine builds included (`CI=true bash .ci/run`, 2026-12-05,
+# pip's cache warm: the builds about 105 s, the suite 12 min 47 s, 1,492 s of tests summed over the two workers; a
+# third worker was slower and ran out of host memory); where it goes: docs/contributing/index.md.
 PYTEST_PARALLEL ?= -n auto --dist loadgroup
 # The builds run at once (-j: the venv, the engine venvs and apt each wait on the disk or the network as much as on a
 # core; -Oline keeps every line of their output whole): in a clean clone with pip's cache warm, 178 s one after the
@@ -30,7 +30,8 @@ test:
 	$(BIN)/python -m pytest -q -p no:xdist tests/test_suite_budget.py
 
 # The suite without the tests marked slow (Triton-interpreter kernel checks, cold compiles, the fuzz and header
-# harness runs, real-browser pages, the model against transformers): 4 min 0 s measured; run `make test` before you push.
+# harness runs, real-browser pages, the model against transformers, and any test of 2 s or more): 2 min 42 s measured
+# in a clean clone (2026-12-05, two cores); run `make test` before you push.
 test-fast:
 	@$(BUILD_AT_ONCE) $(STAMP) system-deps
 	$(BIN)/ruff check .

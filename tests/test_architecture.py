@@ -119,6 +119,7 @@ def test_every_module_has_a_layer() -> None:
     ("from iotrace.autotune.tuner import tune\n", "iotrace.occupancy (layer 2) imports iotrace.autotune.tuner"),
     ("def f():\n    from iotrace.cli import main\n", "iotrace.occupancy (layer 2) imports iotrace.cli"),
 ])
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_deliberate_upward_import_is_caught(tmp_path: Path, source: str, fault: str) -> None:
     """The checks above can fail: a copy of the package with one upward import added fails them."""
     import shutil

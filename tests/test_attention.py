@@ -67,6 +67,7 @@ DECODE_CONFIG = {"BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("splits", [1, 3, 8, 32])  # 32 splits of a 100-token context leaves some empty
 @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (8, 2), (8, 1)])
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_decode_splits_gqa_varlen(dtype: str, splits: int, heads: int, kv_heads: int) -> None:
     shape = {"batch": 3, "heads": heads, "kv_heads": kv_heads, "head_dim": 64, "context": 201, "varlen": 1}
     check_kernel(DECODE, shape, dtype, {**DECODE_CONFIG, "NUM_SPLITS": splits})

@@ -73,6 +73,7 @@ def test_static_pruning_drops_exactly_the_configs_over_the_cards_limits(card_nam
     assert phase.entries[1].main.shared_mem_bytes == buffers * (128 * 64 + 64 * 256) * 2
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_compile_cache_hit_on_a_second_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IOTRACE_CACHE_DIR", str(tmp_path))
     monkeypatch.syspath_prepend(str(PLUGINS))

@@ -135,6 +135,7 @@ def test_a_wider_space_measures_only_the_new_configs(tmp_path: Path, monkeypatch
     assert (wide.evaluations, wide.measured) == (CONFIGS, CONFIGS - 3)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_two_tuners_writing_one_cache_at_once(tmp_path: Path) -> None:
     cache = tmp_path / "tune.sqlite3"
     first, second = _start(cache, QUICK), _start(cache, QUICK)

@@ -77,6 +77,7 @@ def test_model_guided_stops_on_its_own_without_a_budget() -> None:
     assert 3 <= spent < _launchable(sweep) and 0 < fraction <= 1
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_replay_from_the_command_line() -> None:
     sweep = load_sweep(SWEEPS[0])
     out = run_cli("tune", sweep.kernel, "--replay", str(SWEEPS[0]), "--strategy", "random", "--budget", "12",

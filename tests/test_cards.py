@@ -155,6 +155,7 @@ def _corpus_devices(corpus: Path) -> list[tuple[str, str, int, str]]:
     return devices
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_every_nvidia_device_in_the_corpus_is_a_card(corpus: Path) -> None:
     devices = _corpus_devices(corpus)
     checked = 0
@@ -168,6 +169,7 @@ def test_every_nvidia_device_in_the_corpus_is_a_card(corpus: Path) -> None:
     assert checked >= 20 and len({d[1] for d in devices}) >= 12
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_non_nvidia_device_is_a_clear_error(corpus: Path) -> None:
     names = {name for _, name, _, _ in _corpus_devices(corpus) if name.startswith("AMD")}
     assert names == {"AMD Radeon Graphics"}  # MI250 under ROCm 6.2 reports only this

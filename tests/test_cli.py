@@ -313,6 +313,7 @@ def test_every_data_command_takes_json() -> None:
 
 @pytest.mark.parametrize(("sent", "code", "line"), [("SIGINT", 130, "iotrace: interrupted (Ctrl-C)"),
                                                      ("SIGTERM", 143, "iotrace: terminated (SIGTERM)")])
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_ctrl_c_and_sigterm_are_one_line_and_the_shells_exit_code(sent: str, code: int, line: str) -> None:
     """Ctrl-C, or SIGTERM from a scheduler or `timeout`, in a long command (the model bench, mid-run) ends with one
     line, not a KeyboardInterrupt traceback (nor, for SIGTERM, a silent death that skips every cleanup)."""

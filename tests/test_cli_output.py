@@ -61,6 +61,7 @@ def test_cards_into_a_file_keep_every_name_and_sm_count(tmp_path: Path) -> None:
     assert "…" not in text
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_kernels_into_a_file_and_with_wide_name_every_kernel_in_full(tmp_path: Path) -> None:
     names = [row["name"] for row in json.loads(_in_process("kernels", "--json").stdout)]
     assert len(names) >= 2
@@ -73,6 +74,7 @@ def test_kernels_into_a_file_and_with_wide_name_every_kernel_in_full(tmp_path: P
     assert sorted(cells[0] for cells in _cells(wide.stdout) if cells[0]) == sorted(names)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_run_into_a_file_keeps_the_config_whole_and_names_both_spill_counts(tmp_path: Path) -> None:
     code, text, err = _piped(tmp_path, "run", "gemm", "--card", "h100", "--shape", "M=64,N=64,K=64", "--seed", "1")
     assert code == 0, err
@@ -97,6 +99,7 @@ def test_info_wide_and_into_a_file_name_every_distinct_kernel_in_full(corpus: Pa
     assert all(name in text for name in names)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_report_and_diff_into_a_file_and_with_wide_name_every_kernel_in_full(corpus: Path, tmp_path: Path) -> None:
     trace = str(corpus / TENSORRT)
     names = {_whole(k["name"]) for k in json.loads(_in_process("report", trace, "--json").stdout)["kernels"]}

@@ -104,6 +104,7 @@ def test_compile_results_are_cached(tmp_path, monkeypatch: pytest.MonkeyPatch) -
     assert warm < cold / 10, f"cache hit took {warm:.3f}s against {cold:.3f}s cold"
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_static_analysis_gives_occupancy_and_waves() -> None:
     card = lookup("h100")
     shape = NORM.check_shape({"rows": 4096, "hidden": 8192, "residual": 1})
@@ -114,6 +115,7 @@ def test_static_analysis_gives_occupancy_and_waves() -> None:
     assert waves == pytest.approx(4096 / (occ.active_blocks_per_sm * 132))
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_config_that_cannot_launch_is_refused() -> None:
     card = lookup("a10g")  # 99 KB of shared memory per block
     shape = GEMM.check_shape(GEMM.presets["square-4096"])
@@ -123,6 +125,7 @@ def test_a_config_that_cannot_launch_is_refused() -> None:
         static_analysis(KernelCall(GEMM, shape, "fp16", card), config)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_spilling_config_is_named_in_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """The 128×256×64 GEMM tile with 8 warps spills on sm_90 (ptxas: 255 registers, 516 B spill stores + 448 B spill
     loads with bias): `iotrace run` says so in its notes, with both counts, instead of one unexplained sum."""
@@ -142,6 +145,7 @@ def test_a_spilling_config_is_named_in_the_run(monkeypatch: pytest.MonkeyPatch) 
     assert not any("spills" in n for n in quiet.notes)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_forked_worker_and_a_fresh_one_compile_alike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The compile fork server (iotrace/compiler/forkserver.py) is only a faster start: a worker forked from it and
     a fresh ``python -m iotrace.compiler`` (IOTRACE_COMPILE_FORKSERVER=0) give the same resources."""

@@ -177,6 +177,7 @@ def test_ctrl_c_while_waiting_for_ready_leaves_no_process(tmp_path: Path) -> Non
     assert server.pid is None and server.ready_s is None
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_progress_is_one_line_every_few_seconds_while_waiting(tmp_path: Path) -> None:
     lines: list[str] = []
     with _server(tmp_path, "slow", progress=lines.append, progress_every_s=0.5) as server:
@@ -207,6 +208,7 @@ def test_a_server_missing_a_module_names_how_to_install_it(tmp_path: Path) -> No
     assert "ModuleNotFoundError: No module named 'iotrace_no_such_module'" in str(caught.value)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_server_never_ready_times_out_and_is_killed(tmp_path: Path) -> None:
     started = time.monotonic()
     with pytest.raises(EngineError) as caught:

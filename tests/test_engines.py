@@ -171,6 +171,7 @@ def test_options_an_engine_comparison_cannot_take_are_refused(args: tuple[str, .
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_failed_engine_is_one_line_and_exit_2_with_the_others_printed() -> None:
     _venv("llama.cpp")
     # An interpreter that exists but holds no vLLM (this one): the engine fails in its child, after llama.cpp ran. (A

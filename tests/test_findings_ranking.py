@@ -202,6 +202,7 @@ def _kineto_events(path: Path) -> list[dict]:
     return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_many_tiny_launches_are_one_finding_on_the_v100_trace(corpus: Path) -> None:
     """The V100 training trace launched thousands of kernels of a few µs (scalar elementwise ops, reductions), each
     told "Tiny grid: 1 block of 128 threads ... saves up to 100% of its time". More blocks cannot remove a launch's

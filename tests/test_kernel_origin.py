@@ -273,6 +273,7 @@ def test_public_names(name: str, family: str, built_for: str | None, source: str
     assert origin.evidence
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_every_corpus_name_classifies(corpus_names: dict[str, set[str]]) -> None:
     seen = {f for names in corpus_names.values() for f in (classify(n).family for n in names)}
     assert sum(map(len, corpus_names.values())) > 500

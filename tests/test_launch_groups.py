@@ -63,6 +63,7 @@ def test_identical_ncu_launches_are_one_row_with_count_and_spread(corpus: Path) 
     assert each.kernels_title() == "Kernels (showing 10 of 100 profiled launches of 1 kernel; --top 100 shows all)"
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_the_cli_groups_identical_launches_and_lists_them_one_by_one_on_request(corpus: Path) -> None:
     data = json.loads(run_cli("report", str(corpus / KMEANS), "--json").stdout)
     assert (data["kernels_are"], data["kernels_shown"], data["kernels_total"]) == ("launch_groups", 1, 1)

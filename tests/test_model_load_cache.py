@@ -186,6 +186,7 @@ def test_an_unchanged_gguf_is_opened_once_per_process(tmp_path: Path) -> None:
     assert again is not first and (first.config.layers, again.config.layers) == (1, 3)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_the_plain_reader_and_its_dequantisation_give_what_the_gguf_package_gives() -> None:
     """open_gguf reads through plain numpy views of the memory map (not np.memmap slices) and dequantises in chunks of
     rows (not the package's 16-row groups), for speed only: every field and part of the pinned model, every tensor's

@@ -73,6 +73,7 @@ def test_a_damaged_trace_leaves_nothing_new(tmp_path: Path, corpus: Path) -> Non
 
 @needs_kaleido
 @pytest.mark.skipif(os.name != "posix", reason="the stand-in browser is a shell script")
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_browser_failing_midway_leaves_nothing_half_written(tmp_path: Path, corpus: Path) -> None:
     """A program that is there but is no browser: kaleido starts it, it exits, the figure fails after the export
     began. The older note stays, and neither img/ nor the folders -o named are left behind."""
@@ -94,6 +95,7 @@ def test_a_browser_failing_midway_leaves_nothing_half_written(tmp_path: Path, co
 
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="a note's PNG figures need Chromium for kaleido (make test installs it where it can)")
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_with_a_browser_the_figures_are_written_and_linked(tmp_path: Path, corpus: Path) -> None:
     out = tmp_path / "alexnet.md"
     done = run_cli("note", str(corpus / TRACE), "--title", "AlexNet", "-o", str(out))

@@ -40,6 +40,7 @@ def _published() -> list[object]:
 
 
 @pytest.mark.parametrize("name", _published())
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_committed_note_is_not_stale(name: str, request: pytest.FixtureRequest) -> None:
     """The note is regenerated in memory and compared with the file: a stale number fails here (a note measured on
     the pinned model up to MODEL_REL_TOL in its figures). A note measured on the pinned model (fp32 on the CPU, minutes
@@ -98,6 +99,7 @@ def test_a_quoted_number_the_note_does_not_print_is_named() -> None:
         "annotation 'wall' quotes 99.5, which the note does not print"]
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_stale_quote_makes_the_note_stale_naming_the_slot(tmp_path: Path, corpus: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A change in iotrace that moves a quoted figure names the annotation to revisit, before a rebuild (beside the
@@ -121,6 +123,7 @@ def test_a_stale_quote_makes_the_note_stale_naming_the_slot(tmp_path: Path, corp
     assert "annotation 'check-3090' quotes 99.99, which the note does not print" in done.stdout
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_model_notes_allow_last_digit_noise_and_nothing_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The committed quantisation note against itself with one figure moved: another CPU's fp32 noise (a last digit,
     an INT8 row's KL 1% off, top-1 0.15 points off, a perplexity change across zero) is current; a figure off by more
@@ -203,6 +206,7 @@ def test_broken_annotation_markers_are_refused(text: str, message: str) -> None:
         annotations.extract(text, "note.md")
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_changed_number_makes_the_note_stale(tmp_path: Path, corpus: Path) -> None:
     shutil.copy(NOTES / "decode-wall.md", tmp_path / "decode-wall.md")
     assert catalog.stale(tmp_path, ["decode-wall"], corpus=corpus) == {}
@@ -296,6 +300,7 @@ def test_a_trace_with_nothing_to_say_writes_no_note(events: list[dict], tmp_path
     assert not out.exists() and not (tmp_path / "img").exists()
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_model_note_is_read_from_its_measurement_while_its_inputs_hold(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The committed quantisation note is checked against its cached measurement (notes/measured/) without running
@@ -333,6 +338,7 @@ def test_a_model_note_is_read_from_its_measurement_while_its_inputs_hold(tmp_pat
     assert json.loads((NOTES / "measured" / "quantisation.json").read_text())["schema"] == measured.SCHEMA
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_the_measurement_key_covers_the_code_a_note_reaches_and_nothing_else(tmp_path: Path) -> None:
     from iotrace.notes import measured
     from iotrace.source_graph import PACKAGE

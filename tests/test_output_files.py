@@ -138,6 +138,7 @@ def _check_format(path: Path, ext: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "ext"), WRITES, ids=[f"{n} {e}" for n, e in WRITES])
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_o_writes_what_its_extension_says(name: str, ext: str, tmp_path: Path) -> None:
     argv = _argv(name)
     out = tmp_path / f"out{ext}"

@@ -121,6 +121,7 @@ def test_the_guide_installs_through_its_entry_point_and_runs_as_written(tmp_path
         check_outputs(argv, _iotrace(python, argv, {**env, **extra}, tmp_path), shown)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_the_guide_runs_without_installing_through_iotrace_plugins(tmp_path: Path) -> None:
     """``PYTHONPATH=. IOTRACE_PLUGINS=scale_plugin``, from the package's folder, as the page says; without
     ``PYTHONPATH`` the module is not found, and ``iotrace kernels`` says so in one line, still listing the rest."""

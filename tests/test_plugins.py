@@ -97,6 +97,7 @@ def test_autoload_can_be_switched_off(installed_plugin: dict[str, str]) -> None:
     assert "example-scale" not in {row["name"] for row in json.loads(listed.stdout)}
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_plugin_named_in_the_environment() -> None:
     env = {"PYTHONPATH": str(PLUGINS), "IOTRACE_PLUGINS": "iotrace_example_kernel"}
     ran = run_cli("run", "example-scale", "--card", "l4", "--json", env=env)
@@ -280,6 +281,7 @@ def iotrace_kernels():
 """
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_kernel_method_that_raises_is_one_line_naming_the_kernel_and_method(tmp_path: Path) -> None:
     """A plugin that loads but whose kernel's own method raises: `kernels` marks that kernel broken (the listing calls
     ``space``) and lists its sibling; `run` of a kernel whose ``make_inputs`` raises is one line, exit 2."""
@@ -342,6 +344,7 @@ def _table(text: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_kernels_in_a_pipe_lists_every_preset(tmp_path: Path) -> None:
     """In a pipe every preset is listed whole (the cell wraps), never cut to three names and "…"."""
     rows = {row["name"]: row for row in json.loads(run_cli("kernels", "--json").stdout)}

@@ -90,6 +90,7 @@ def test_extra_info_holds_the_card_cost_and_roofline(bench, pytester: pytest.Pyt
                                  "on synthetic (*GB/s, 0.00 TFLOP/s)"])
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_run_slower_than_its_stored_baseline_fails_the_compare_gate(bench) -> None:
     bench("--benchmark-autosave", "--iotrace-max-cv=10").assert_outcomes(passed=1)
     # Gated on the minimum with wide margins: a loaded machine's sleep overshoots (seen: a baseline of 2 ms
@@ -103,6 +104,7 @@ def test_a_run_slower_than_its_stored_baseline_fails_the_compare_gate(bench) -> 
     slower.stdout.fnmatch_lines(["test_bench.py .*"])  # (the regression ends the session before its summary)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_run_under_the_roofline_floor_fails_the_roofline_gate(bench) -> None:
     # 1 MB at 1 GB/s is a 1 ms floor; a 2 ms sleep reaches at most 50% of it.
     low = bench("--iotrace-roofline-floor=0.8", "--iotrace-max-cv=10", nbytes=1e6)
@@ -114,6 +116,7 @@ def test_a_run_under_the_roofline_floor_fails_the_roofline_gate(bench) -> None:
     bench("--iotrace-max-cv=10", nbytes=1e6).assert_outcomes(passed=1)  # no floor given: reported, not gated
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_noisy_run_is_reported_as_noisy_and_not_judged(bench) -> None:
     bench("--benchmark-autosave", "--iotrace-max-cv=10").assert_outcomes(passed=1)
     noisy = bench("--benchmark-compare", "--benchmark-compare-fail=median:10%", "--iotrace-roofline-floor=0.99",
@@ -132,6 +135,7 @@ def test_benchmark_disable_runs_once_and_judges_nothing(bench) -> None:
     bench("--benchmark-disable", "--iotrace-roofline-floor=0.99", nbytes=1e6).assert_outcomes(passed=1)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_kernel_benchmarks_skip_without_a_gpu(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_gpu='''
 def test_gemm(kernel_bench):

@@ -78,6 +78,7 @@ def exports(corpus: Path) -> dict[str, Export]:
     return out
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_the_corpus_has_ranged_exports_of_both_formats(corpus: Path, exports: dict[str, Export]) -> None:
     large = [str(p.relative_to(corpus)) for p in corpus_exports(corpus) if p.stat().st_size > SIZE_LIMIT]
     assert not large, f"left out as larger than {SIZE_LIMIT / 1e6:.0f} MB (test time): {large}"
@@ -114,6 +115,7 @@ def test_both_tables_give_each_range_the_same_kernel_time(exports: dict[str, Exp
         assert ((cells == 0.0).all() if known else cells.isna().all()) and (line.loc[idle, "kernels"] == 0).all(), name
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_both_tables_equal_the_join_done_from_the_file(exports: dict[str, Export]) -> None:
     checked = 0
     for name, export in exports.items():

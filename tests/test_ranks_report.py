@@ -275,6 +275,7 @@ def test_traces_without_distributed_info_are_compared_by_file(corpus: Path) -> N
     assert any("no NCCL/RCCL kernels" in note for note in report.notes)
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_files_of_different_runs_are_one_line_naming_both_unless_ranks_is_given(corpus: Path) -> None:
     """A T4's Nsight Compute report and an A100's Kineto trace were reported as two ranks of one job: now one line
     naming both and what to do, exit 2; --ranks says they are ranks, and the report across them is drawn."""

@@ -393,6 +393,7 @@ def test_an_empty_selection_of_counters_gives_no_zero_stalls() -> None:
     assert report.kernels[0].to_dict()["roofline"]["flops"] is None
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_every_corpus_file_renders_in_every_text_format(corpus: Path) -> None:
     import json
 

@@ -86,6 +86,7 @@ def reports(corpus: Path) -> dict[str, Any]:
     return {name: build_report(load_corpus(corpus / name)) for name in (V100, A100, T4, KMEANS)}
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_table_holds_every_sampled_address_and_reason(corpus: Path, reports: dict[str, Any]) -> None:
     for name in (V100, T4):
         expected = {(kid, address, reason, samples, file, line)

@@ -116,6 +116,7 @@ def test_h100_decode_against_its_wall_and_the_findings_it_draws(h100) -> None:
     assert "already replay CUDA graphs" in idle.try_next and idle.gain.fraction == pytest.approx(decode.share("idle"))
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_step_faster_than_its_wall_and_a_trace_without_steps_are_one_line(corpus: Path) -> None:
     done = run_cli_in_process("report", str(corpus / H100), "--params", "1e12", "--bits", "16", "--batch", "1")
     assert done.returncode == 2 and done.stderr.count("\n") == 1

@@ -35,6 +35,7 @@ def test_the_recorder_sums_phases_and_the_check_spares_only_slow_tests(tmp_path:
     assert tests[2].outcome == "failed"
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_module_sharing_a_module_fixture_runs_on_one_xdist_worker(pytester: pytest.Pytester) -> None:
     """`make test` runs under ``--dist loadgroup``; the conftest groups a module whose tests share a module-scoped
     fixture so the fixture is built once. Checked for real in two workers: the grouped module's tests report one

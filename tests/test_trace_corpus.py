@@ -547,6 +547,7 @@ NEWER_FILES = [n for n in EXPECTED if n.split("/")[1].startswith(
 
 
 @pytest.mark.parametrize("name", NEW_FILES + NEWER_FILES)
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_new_files_sniff_by_content_and_run_through_info(corpus: Path, name: str, tmp_path: Path) -> None:
     """Sniffed by content under a name that says nothing (a link, nothing copied), and `iotrace info --json`
     states the file's own kernel count and device (the GTX 1650 capture's second, 0-SM adapter has no card)."""

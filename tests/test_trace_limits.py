@@ -11,6 +11,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ncu_launches, run_cli
 from tests.conftest import run_cli_in_process as _in_process
 
@@ -23,6 +25,7 @@ def _launches(path: Path) -> int:
     return len(ncu_launches(path, lambda action: action.name()))
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_report_cut_by_top_says_what_it_shows_of_how_many(corpus: Path) -> None:
     total = _launches(corpus / KMEANS)
     assert total == 100

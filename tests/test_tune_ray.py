@@ -68,6 +68,7 @@ def _measured(result) -> dict[str, tuple]:
 
 
 @pytest.mark.parametrize(("strategy", "budget"), [("exhaustive", None), ("model", 12), ("random", 10)])
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_replay_on_the_cluster_is_the_single_process_tune(cluster: str, strategy: str, budget: int | None) -> None:
     options = TuneOptions(replay=SWEEP, strategy=strategy, budget=budget, use_cache=False, seed=5)
     here = tune_from_sweep(kernel("gemm"), options)
@@ -191,6 +192,7 @@ def test_without_ray_the_error_names_the_extra() -> None:
     _one_line_exit_2(done, "Ray", "pip install 'iotrace[ray]'")
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_an_address_that_does_not_answer_is_one_line() -> None:
     with socket.socket() as free:  # a port nothing listens on once closed
         free.bind(("127.0.0.1", 0))
@@ -210,6 +212,7 @@ def test_the_command_line_replays_on_the_cluster(cluster: str) -> None:
     assert best["config"] == here.best.config and best["measured_us"] == here.best.measured_us
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_gpu_sweep_on_a_cluster_without_gpus_is_one_line(cluster: str) -> None:
     done = run_cli(*GEMM, "--ray", cluster, env=QUIET)
     _one_line_exit_2(done, "has no GPU", f"{WORKERS} CPUs", "--static")

@@ -40,6 +40,7 @@ def _by_stages(result) -> dict[int, object]:
     return {r.config["num_stages"]: r for r in result.results}
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_the_model_states_what_pipelining_changes(stages) -> None:
     rows = _by_stages(stages)
     assert rows[5].entry.pruned is not None  # 240 KB of staged tiles: over sm_90's 227 KB
@@ -84,6 +85,7 @@ def test_predictions_stay_under_the_achievable_ceiling_they_cite(stages) -> None
     assert achievable(a100).stand_in and "a stand-in" in achievable(a100).words()
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_tiny_kernel_is_predicted_at_the_launch_floor() -> None:
     """A 5,000-element RMSNorm was once predicted at 0.6 µs: no launch finishes under the floor measured on an H200
     (1.17 µs, a CUDA-graph replay of the smallest kernel)."""
@@ -111,6 +113,7 @@ def test_a_replay_is_never_called_measured(replay) -> None:
     assert data["best"]["basis"] == "replayed" and data["best"]["times"] == "synthesised"
 
 
+@pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_replay_wording_from_the_command_line() -> None:
     out = run_cli("tune", "gemm", "--replay", SWEEP, "--budget", "12")
     assert out.returncode == 0, out.stderr
