@@ -114,6 +114,9 @@ def test_engines_get_omp_num_threads_where_it_is_set_else_every_core(omp: str | 
     assert engine_threads() == expected
     argv = llama_cpp_argv(ServeArgs(python=Path(sys.executable), gguf=Path("m.gguf"), model_dir=None, port=1))
     assert argv[argv.index("--n_threads") + 1] == str(expected)
+    # the prompt's threads too: llama-cpp-python's server gives them every core by default (a 32-token prefill took
+    # 2-15 s with OMP_NUM_THREADS=1 on two busy cores, 0.1 s with one thread)
+    assert argv[argv.index("--n_threads_batch") + 1] == str(expected)
 
 
 def test_figures_come_from_llama_cpp_counters_where_present_else_the_runner_clock() -> None:
@@ -252,6 +255,9 @@ def test_the_pinned_model_through_four_engines_agrees_with_transformers() -> Non
     assert rows["llama.cpp"]["weights"]["format"].endswith("as stored")
     assert rows["vllm"]["build"]["version"] == "0.32.0" and rows["vllm"]["build"]["platform"] == "CpuPlatform"
     assert rows["llama.cpp"]["build"]["version"] == "llama-cpp-python 0.3.36"
+    # its prompt too on the threads it was given (left unset, llama-cpp-python prefills on every core)
+    build = rows["llama.cpp"]["build"]
+    assert build["threads"] == build["threads_batch"] == data["work"]["threads"]
     assert "llama.cpp perf context" in rows["llama.cpp"]["timing"]["decode"]
     for row in rows.values():  # each engine's interpreter and pinned environment
         assert len(row["environment"]["freeze_sha256"]) == 64 and Path(row["python"]).exists()

@@ -29,16 +29,19 @@ def llama_cpp_argv(args: ServeArgs) -> list[str]:
     """llama-cpp-python's server (its ``[server]`` extra: FastAPI and uvicorn); its flags are its settings' field
     names (``--n_ctx``, ``--n_threads``, ``--flash_attn``), and a later one wins.
 
-    Two of its defaults would measure something else than the engine: ``interrupt_requests`` (True) aborts the
-    stream being generated when another request arrives, so concurrent streams end after a token or two; and
-    ``n_threads`` is half the cores (``max(cpu_count // 2, 1)``, llama_cpp/server/settings.py), where the offline
-    runner and the other engines get (``engine_threads``: every core, or ``OMP_NUM_THREADS``). One request at a time is
-    what this server does: the others queue."""
+    Its defaults would measure something else than the engine: ``interrupt_requests`` (True) aborts the stream
+    being generated when another request arrives, so concurrent streams end after a token or two; ``n_threads`` is
+    half the cores and ``n_threads_batch`` (the prompt's) every core (llama_cpp/server/settings.py), where the offline
+    runner and the other engines get ``engine_threads`` (every core, or ``OMP_NUM_THREADS``) for both. ggml's threads
+    spin at each barrier, so a prefill on more threads than the process was given waits on the descheduled one: 2 to
+    15 s TTFT for a 32-token prompt with OMP_NUM_THREADS=1 on two busy cores, against 0.1 s with one thread. One
+    request at a time is what this server does: the others queue."""
     from iotrace.engines.machine_load import engine_threads
 
+    threads = str(engine_threads())
     return [str(args.python), "-m", "llama_cpp.server", "--model", str(args.gguf), "--host", args.host, "--port",
-            str(args.port), "--n_ctx", str(args.context), "--interrupt_requests", "False", "--n_threads",
-            str(engine_threads()), *args.extra_args]
+            str(args.port), "--n_ctx", str(args.context), "--interrupt_requests", "False", "--n_threads", threads,
+            "--n_threads_batch", threads, *args.extra_args]
 
 
 BUILTIN_ENGINES = (

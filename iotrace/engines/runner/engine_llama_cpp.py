@@ -23,8 +23,10 @@ def run(request: dict, failure: type[Exception]) -> dict:
     threads = int(request.get("threads") or 0) or None  # None: llama-cpp-python's default (the physical cores)
     t0 = time.perf_counter()
     try:
+        # The prompt's threads too: left None, llama-cpp-python gives the prefill every core whatever n_threads is, and
+        # ggml's spinning barriers wait on a descheduled thread wherever the process was given fewer cores.
         llm = Llama(request["gguf"], n_ctx=max(256, len(prompt) + gen + 16), n_batch=512, n_threads=threads,
-                    n_gpu_layers=-1, seed=0, verbose=False)
+                    n_threads_batch=threads, n_gpu_layers=-1, seed=0, verbose=False)
     except Exception as exc:
         raise failure("load", f"llama.cpp cannot load {request['gguf']}: {type(exc).__name__}: {exc}") from None
     load_s = time.perf_counter() - t0
@@ -72,7 +74,8 @@ def run(request: dict, failure: type[Exception]) -> dict:
     return {"build": {"engine": "llama.cpp", "version": f"llama-cpp-python {llama_cpp.__version__}",
                       "system_info": info.decode() if isinstance(info, bytes) else str(info),
                       "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
-                      "threads": llm.context_params.n_threads, "mode": "eval one token a step"},
+                      "threads": llm.context_params.n_threads, "threads_batch": llm.context_params.n_threads_batch,
+                      "mode": "eval one token a step"},
             "device": "cuda" if llama_cpp.llama_supports_gpu_offload() else "cpu",
             "weights": {"format": "as stored", "as_stored": True, "kv_dtype": "f16", "kv_element_bytes": 2},
             "load_s": load_s, "tokens": runs[0], "tokens_stable": same_tokens(runs),
