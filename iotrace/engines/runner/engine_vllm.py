@@ -37,13 +37,14 @@ def run(request: dict, failure: type[Exception]) -> dict:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{threads - 1}")
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     try:
-        import torch  # vLLM's own dependency
         import vllm
         from vllm import LLM, SamplingParams
         from vllm.engine.arg_utils import EngineArgs
         from vllm.inputs import TokensPrompt
     except Exception as exc:  # an import can fail in many ways (a mismatched torch operator library, e.g.)
         raise failure("import", f"this interpreter cannot import vllm ({type(exc).__name__}: {exc})") from None
+    # After vllm, which imports it: an interpreter without vllm is told so without the seconds of importing torch.
+    import torch
     folder = request.get("hf_folder")
     if not folder:
         raise failure("request", "vLLM reads a Hugging Face folder, and the request names none")
