@@ -304,7 +304,8 @@ def test_a_trace_with_nothing_to_say_writes_no_note(events: list[dict], tmp_path
 def test_a_model_note_is_read_from_its_measurement_while_its_inputs_hold(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The committed quantisation note is checked against its cached measurement (notes/measured/) without running
-    the model: a figure edited in the note, or in the cache, is still stale; a changed input measures again."""
+    the model: a figure edited in the note, or in the cache, is still stale; a changed input measures again. A
+    kernel note the same, without its compiles."""
     from iotrace.notes import measured
 
     pinned_model()
@@ -336,6 +337,13 @@ def test_a_model_note_is_read_from_its_measurement_while_its_inputs_hold(tmp_pat
     with pytest.raises(InvalidValueError, match=r"quantisation\.json is not a note's measurement cache"):
         catalog.stale(tmp_path, ["quantisation"])
     assert json.loads((NOTES / "measured" / "quantisation.json").read_text())["schema"] == measured.SCHEMA
+    # A kernel note the same way: its compiles are not redone while its key holds, an edited figure is stale.
+    shutil.copy(NOTES / "kernel-rmsnorm.md", tmp_path / "kernel-rmsnorm.md")
+    shutil.copy(NOTES / "measured" / "kernel-rmsnorm.json", tmp_path / "measured" / "kernel-rmsnorm.json")
+    assert catalog.stale(tmp_path, ["kernel-rmsnorm"]) == {}
+    note = (tmp_path / "kernel-rmsnorm.md").read_text()
+    (tmp_path / "kernel-rmsnorm.md").write_text(note.replace("| 1 | num_warps=8 | 39 |", "| 1 | num_warps=8 | 40 |"))
+    assert "num_warps=8 | 40" in catalog.stale(tmp_path, ["kernel-rmsnorm"])["kernel-rmsnorm"]
 
 
 @pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
@@ -356,5 +364,31 @@ def test_the_measurement_key_covers_the_code_a_note_reaches_and_nothing_else(tmp
     for changed in (root / "model" / "quant_lab.py", root / "data" / "cards.toml", model_file):
         with changed.open("a") as handle:
             handle.write("\n")
-        assert measured.key_of(measured.inputs("iotrace.notes.quantisation", model_file, root)) != key, changed
-        key = measured.key_of(measured.inputs("iotrace.notes.quantisation", model_file, root))
+        now = measured.key_of(measured.inputs("iotrace.notes.quantisation", model_file, root))
+        assert now != key, changed
+        key = now
+    # A kernel note loads its kernel by name (the plugin manager), which no import reaches: `also` adds it.
+    kernel_notes = measured.inputs("iotrace.notes.kernel_notes", None, root)["sources"]
+    assert "iotrace/compiler/pool.py" in kernel_notes and "iotrace/kernels/gemm.py" not in kernel_notes
+    gemm = measured.key_of(measured.inputs("iotrace.notes.kernel_notes", None, root, also=("iotrace.kernels.gemm",)))
+    with (root / "kernels" / "gemm.py").open("a") as handle:
+        handle.write("\n")
+    assert measured.key_of(measured.inputs("iotrace.notes.kernel_notes", None, root,
+                                           also=("iotrace.kernels.gemm",))) != gemm
+
+
+def test_a_kernel_note_is_keyed_by_its_kernels_and_the_traces_it_lists(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel notes are cross-compiled (tens of compiles), so they are read from their measurement cache too:
+    the key adds the kernels' plugin modules, the files beside them and the traces of `traces/` the note lists."""
+    from iotrace.notes import kernel_notes
+
+    modules, extra = kernel_notes.inputs("kernel-attention")
+    assert modules == ("iotrace.kernels.attention_decode", "iotrace.kernels.attention_prefill")
+    assert "rmsnorm.cu" in extra["files"] and extra["ptxas"] == ""
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "h100-gemm-kineto.json").write_text("{}")
+    monkeypatch.setattr(kernel_notes, "ROOT", tmp_path)
+    assert kernel_notes.inputs("kernel-gemm")[1]["traces"] == ["h100-gemm-kineto.json"]
+    assert kernel_notes.inputs("kernel-rmsnorm")[1]["traces"] == []
+    assert all(catalog.PUBLISHED[name].module for name in kernel_notes.NOTES)

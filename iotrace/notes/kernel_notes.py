@@ -132,14 +132,43 @@ def _pruning_text(spec, shape, dtype, fix: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _traces(kernel: str) -> list[Path]:
+    return sorted((ROOT / "traces").glob(f"*{kernel}*")) if (ROOT / "traces").is_dir() else []
+
+
 def _measured_text(kernel: str) -> str:
-    traces = sorted((ROOT / "traces").glob(f"*{kernel}*")) if (ROOT / "traces").is_dir() else []
+    traces = _traces(kernel)
     if not traces:
         return ("No GPU run of this kernel is in `traces/` yet, so every number above is modelled or compiled, none "
                 "measured. `iotrace selfcheck` (or `bench/gpu_check.py`) on a GPU records its timings, and "
                 "`iotrace run " + kernel + " --ncu` its counters; this note then lists them as measured.")
     return "Measured traces of this kernel (captured by iotrace on a GPU): " + ", ".join(
         f"`traces/{p.name}`" for p in traces) + "."
+
+
+def inputs(name: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """What the note ``name`` reads beside the code ``iotrace.notes.kernel_notes`` imports, for its measurement cache
+    (``iotrace.notes.measured``): its kernels' plugin modules (looked up by name, so no import reaches them), the
+    non-Python files beside them (``rmsnorm.cu``), a plugin module outside the package by its sha256, the traces it
+    lists, and the ptxas Triton runs (``TRITON_PTXAS_PATH``, as the compile cache's key)."""
+    import hashlib
+    import os
+    import sys
+
+    from iotrace.plugins import kernel
+    from iotrace.source_graph import PACKAGE
+
+    modules = sorted({kernel(s.kernel).__module__ for s in NOTES[name][1]})
+    files = {Path(str(sys.modules[m].__file__)) for m in modules}
+    beside = {p for f in files for p in f.parent.iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")}
+    outside = {f for f in files if PACKAGE not in f.parents}
+
+    def sha(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    return tuple(modules), {"files": {p.name: sha(p) for p in sorted(beside | outside)},
+                            "traces": [p.name for s in NOTES[name][1] for p in _traces(s.kernel)],
+                            "ptxas": os.environ.get("TRITON_PTXAS_PATH", "")}
 
 
 def build(name: str) -> Note:

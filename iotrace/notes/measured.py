@@ -1,4 +1,5 @@
-"""The measurement cache of the notes measured on the pinned model: the note as last measured, keyed by its inputs.
+"""The measurement cache of the notes measured on the pinned model (and of the kernel notes, tens of Triton
+cross-compiles each): the note as last measured, keyed by its inputs.
 
 A model note (quantisation, speculation) runs the pinned model for minutes. What it prints is a function of its
 inputs: the source of every iotrace module its build can reach (``iotrace.source_graph.reachable``), the data files
@@ -45,16 +46,36 @@ def _version(name: str) -> str | None:
         return None
 
 
-def inputs(module: str, model_file: Path | None, root: Path = PACKAGE) -> dict[str, Any]:
+#: (package root, the digest of its sources, the modules reached from) -> reachable(): parsing the package's 280
+#: modules takes seconds, and `notes check` asks once per cached note of the same unchanged sources.
+_REACHED: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+
+
+def _reachable(modules: list[str], files: dict[str, Path], root: Path) -> list[str]:
+    digest = hashlib.sha256()
+    for name, path in sorted(files.items()):
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    memo = (str(root), digest.hexdigest(), tuple(sorted(modules)))
+    if memo not in _REACHED:
+        _REACHED[memo] = reachable(modules, root)
+    return _REACHED[memo]
+
+
+def inputs(module: str, model_file: Path | None, root: Path = PACKAGE, *, also: tuple[str, ...] = (),
+           extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a note built by ``module`` (e.g. ``iotrace.notes.quantisation``) depends on: each reachable source
-    file's and each package data file's sha256 (paths relative to the package), the model file's, and the versions."""
+    file's and each package data file's sha256 (paths relative to the package), the model file's, and the versions.
+    ``also``: modules the note loads by name, which no import reaches (a kernel note's plugins); ``extra``: anything
+    else its figures depend on (recorded as given)."""
     modules = module_files(root)
-    files = {modules[m].relative_to(root.parent).as_posix(): modules[m] for m in reachable([module], root)}
+    files = {modules[m].relative_to(root.parent).as_posix(): modules[m]
+             for m in _reachable([module, *also], modules, root)}
     data = sorted((root / "data").glob("*.toml"))
-    return {"sources": {name: _sha256(path) for name, path in sorted(files.items())},
-            "data": {p.name: _sha256(p) for p in data},
-            "model": None if model_file is None else {"file": model_file.name, "sha256": _sha256(model_file)},
-            "versions": {"python": platform.python_version(), **{lib: _version(lib) for lib in LIBRARIES}}}
+    found = {"sources": {name: _sha256(path) for name, path in sorted(files.items())},
+             "data": {p.name: _sha256(p) for p in data},
+             "model": None if model_file is None else {"file": model_file.name, "sha256": _sha256(model_file)},
+             "versions": {"python": platform.python_version(), **{lib: _version(lib) for lib in LIBRARIES}}}
+    return found if extra is None else {**found, "extra": extra}  # a model note's key as before: no "extra"
 
 
 def key_of(found: dict[str, Any]) -> str:
