@@ -201,7 +201,8 @@ def compare_engines(request: EngineComparison, card: Card | None,
             reference = run
     if reference is None:
         progress("transformers: the reference tokens and logit margins")
-        reference = run_engine(EngineSpec("transformers"), {**base, "reps": 1, "dtype": "fp32"})
+        # Its tokens and margins only: one repetition and no warm-up (a second generation of gen_tokens for nothing).
+        reference = run_engine(EngineSpec("transformers"), {**base, "reps": 1, "dtype": "fp32", "warmup": False})
     progress("measuring the memory bandwidth with a copy loop")
     devices = {(r.result or {}).get("device") for r in runs if r.ok}
     bandwidth: dict[str, float | None] = {}

@@ -65,8 +65,11 @@ def run(request: dict, failure: type[Exception]) -> dict:
 
     runs, records, top2 = [], [], []
     profile = None
+    # "warmup": false where only the tokens and margins are wanted (the comparison's reference run): no timing, so
+    # nothing to warm up for.
+    first = 0 if request.get("warmup", True) else 1
     with torch.inference_mode():
-        for rep in range(reps + 1):  # rep 0 is the discarded warm-up
+        for rep in range(first, reps + 1):  # rep 0 is the discarded warm-up
             tokens, record, rows = repetition(rep == 1)
             if rep == 0:
                 continue
