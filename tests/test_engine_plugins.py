@@ -88,7 +88,7 @@ def test_the_builtin_servers_command_lines(monkeypatch: pytest.MonkeyPatch) -> N
         "--enforce-eager", "--max-model-len", "1024", "--host", "127.0.0.1", "--port", "8123", "--max-num-seqs", "4"]
     assert registry.engine("llama-cpp").argv(args) == [
         "/v/bin/python", "-m", "llama_cpp.server", "--model", "/m/model.gguf", "--host", "127.0.0.1", "--port",
-        "8123", "--n_ctx", "1024", "--interrupt_requests", "False", "--n_threads", "3",
+        "8123", "--n_ctx", "1024", "--interrupt_requests", "False", "--n_threads", "3", "--n_threads_batch", "3",
         "--max-num-seqs", "4"]
     assert registry.engine("vllm").server_env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     with pytest.raises(PluginError, match=r"^iotrace has no server to start"):
