@@ -1,6 +1,6 @@
 """The CLI: answers as JSON, one-line errors with exit code 2, help everywhere. Called in this process (what these
-tests check is the command's answer, not the process), but for real subprocesses where the process is the point (a
-closed pipe, the tour into a pipe) and one each of a JSON answer, a one-line refusal of ``occupancy``, ``math``,
+tests check is the command's answer, not the process), but for real subprocesses where the process is the point (the
+tour into a closed pipe) and one each of a JSON answer, a one-line refusal of ``occupancy``, ``math``,
 ``card`` and argparse itself, and ``--help``."""
 
 from __future__ import annotations
@@ -165,18 +165,25 @@ def test_tour_runs_on_any_card(card: str) -> None:
 
 @pytest.mark.slow
 def test_tour_runs_without_a_gpu() -> None:
-    """The one real `iotrace tour | cat` (about 70 s on two cores: a static tune compiled for the card and a decode of
-    the pinned model, hence slow): its answers, every section title whole (they were cut at 100 columns in a pipe),
-    no cell cut, no line past 300 characters, and the model by its clean name."""
-    import subprocess
-    import sys
+    """`iotrace tour` into a pipe with no COLUMNS (a static tune compiled for the card and a decode of the pinned
+    model, hence slow): its answers, every section title whole (they were cut at 100 columns in a pipe), no cell cut,
+    no line past 300 characters, and the model by its clean name. In process, sharing the worker's loaded model: what
+    a pipe changes is that stdout is no terminal, as a StringIO is not (`natural_output`); the tour's real process
+    into a real pipe is test_output_closed_early_is_not_an_error's."""
+    import contextlib
+    import io
+    from unittest import mock
 
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env["NO_COLOR"] = "1"
-    result = subprocess.run([sys.executable, "-m", "iotrace", "tour"], capture_output=True, text=True, env=env,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr
-    text = result.stdout
+    from iotrace.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, {"NO_COLOR": "1"}), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        for name in ("COLUMNS", "LINES"):  # patch.dict puts them back
+            os.environ.pop(name, None)
+        code = main(["tour"])
+    assert code == 0, err.getvalue()
+    text = out.getvalue()
     for expected in ("69.33 tok/s", "1.074e9 B", "3.362 tokens", "occupancy = ", "compute-bound", "memory-bound",
                      "── 8. Autotuning starts without a GPU: a 4096³ fp16 GEMM slice compiled for NVIDIA GeForce RTX "
                      "3090 (`iotrace tune`) ──", "SmolLM2-135M-Instruct"):
