@@ -13,7 +13,7 @@ import pytest
 from iotrace.errors import InvalidValueError
 from iotrace.notes import annotations, catalog, decode_wall
 from iotrace.notes.document import Note, render
-from tests.conftest import pinned_model, run_cli
+from tests.conftest import pinned_model, run_cli, run_cli_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = ROOT / "notes"
@@ -118,7 +118,7 @@ def test_a_stale_quote_makes_the_note_stale_naming_the_slot(tmp_path: Path, corp
     monkeypatch.undo()
     shutil.copy(NOTES / "decode-wall.md", path)
     path.write_text(path.read_text().replace("so a 3090 cannot", "so a 3090 (or 99.99 of them) cannot", 1))
-    done = run_cli("notes", "check", "--dir", str(tmp_path), "decode-wall")
+    done = run_cli_in_process("notes", "check", "--dir", str(tmp_path), "decode-wall")  # the process: below
     assert done.returncode == 1, done.stdout + done.stderr
     assert "annotation 'check-3090' quotes 99.99, which the note does not print" in done.stdout
 
@@ -214,9 +214,9 @@ def test_a_changed_number_makes_the_note_stale(tmp_path: Path, corpus: Path) -> 
     path.write_text(path.read_text().replace("= 68.82 tok/s", "= 87.00 tok/s", 1))
     found = catalog.stale(tmp_path, ["decode-wall"], corpus=corpus)
     assert "87.00 tok/s" in found["decode-wall"] and "68.82 tok/s" in found["decode-wall"]
-    done = run_cli("notes", "check", "--dir", str(tmp_path), "decode-wall")
+    done = run_cli("notes", "check", "--dir", str(tmp_path), "decode-wall")  # `notes check`'s one real process
     assert done.returncode == 1 and "1 note(s) are stale: decode-wall" in done.stderr
-    assert run_cli("notes", "check", "--dir", str(tmp_path), "nope").returncode == 2
+    assert run_cli_in_process("notes", "check", "--dir", str(tmp_path), "nope").returncode == 2
 
 
 def test_decode_wall_numbers(corpus: Path) -> None:
@@ -266,7 +266,7 @@ def test_note_from_a_trace_draws_its_figures(tmp_path: Path, corpus: Path) -> No
 def test_note_from_a_trace_keeps_annotations(tmp_path: Path, corpus: Path) -> None:
     out = tmp_path / "rgb.md"
     trace = corpus / RGB
-    done = run_cli("note", str(trace), "--title", "RGB <b>brightness</b>", "-o", str(out), "--no-images")
+    done = run_cli_in_process("note", str(trace), "--title", "RGB <b>brightness</b>", "-o", str(out), "--no-images")
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert text.startswith("# RGB <b>brightness</b>\n") and "from [Alaric617R/COALDA]" in text
@@ -274,9 +274,9 @@ def test_note_from_a_trace_keeps_annotations(tmp_path: Path, corpus: Path) -> No
     assert "warp stalls not available" in text
     out.write_text(text.replace(f"{annotations.begin('trace-findings')}\n{annotations.EMPTY}",
                                 f"{annotations.begin('trace-findings')}\nChecked by hand: yes."))
-    assert run_cli("note", str(trace), "--title", "RGB", "-o", str(out), "--no-images").returncode == 0
+    assert run_cli_in_process("note", str(trace), "--title", "RGB", "-o", str(out), "--no-images").returncode == 0
     assert annotations.extract(out.read_text())["trace-findings"] == "Checked by hand: yes."
-    bad = run_cli("note", str(trace), "--title", "x", "-o", str(tmp_path / "x.txt"))
+    bad = run_cli_in_process("note", str(trace), "--title", "x", "-o", str(tmp_path / "x.txt"))
     assert bad.returncode == 2 and "is not a .md file" in bad.stderr
 
 
@@ -290,7 +290,7 @@ def test_a_trace_with_nothing_to_say_writes_no_note(events: list[dict], tmp_path
 
     trace = write_kineto(tmp_path / "trace.json", events)
     out = tmp_path / "note.md"
-    done = run_cli("note", str(trace), "--title", "x", "-o", str(out), "--no-images")
+    done = run_cli_in_process("note", str(trace), "--title", "x", "-o", str(out), "--no-images")
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
     line = done.stderr.strip()
     assert "\n" not in line and line.startswith(f"iotrace: error: {trace}: nothing to write: "), line
