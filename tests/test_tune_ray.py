@@ -1,4 +1,4 @@
-"""Tuning on a real local Ray cluster (a head node of three CPUs, started once for the module; Ray's own
+"""Tuning on a real local Ray cluster (a head node of two CPUs, started once for the module; Ray's own
 ``ray.cluster_utils.Cluster`` adds nodes to it): the replay and interpreter backends stand in for GPUs; nothing of
 Ray is mocked.
 
@@ -29,7 +29,7 @@ from iotrace.autotune.tuner import TuneOptions, tune, tune_from_sweep
 from iotrace.cards import lookup
 from iotrace.kernel_call import KernelCall
 from iotrace.plugins import kernel
-from tests.conftest import PLUGINS, run_cli
+from tests.conftest import PLUGINS, run_cli, run_cli_in_process
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'iotrace[ray]'")
 
@@ -41,13 +41,22 @@ from iotrace.autotune.sweep import Sweep, SweepRow  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "bench/sweeps/gemm-h100-sxm-square-4096-BLOCK_K64-synth.json"
 QUIET = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_IMPORT_WARNING": "1"}
-WORKERS = 3
+#: Measuring workers per tune. Each is a fresh Ray worker process that imports torch and Triton (3-4 s of CPU) before
+#: it measures; two are already concurrent, and one of them can be killed while the other measures. Three cost the
+#: module five more of those starts, on a machine whose two cores the test workers share.
+WORKERS = 2
+WORKER_NICENESS = {"RAY_worker_niceness": "0"}
 
 
 @pytest.fixture(scope="module")
 def nodes() -> Cluster:
-    """A local cluster of three CPUs; its workers import the test plugin and this module (the crashing backend)."""
+    """A local cluster of WORKERS CPUs; its workers import the test plugin and this module (the crashing backend)."""
     os.environ.update(QUIET)
+    # Ray starts its workers at nice 15 (worker_niceness, src/ray/common/ray_config_def.h) to keep a head node's own
+    # services responsive; here the workers are the work under test, and at nice 15 a worker gets 1/28 of the CPU of
+    # a process at nice 0 (weights 36 and 1024, sched_prio_to_weight in the Linux kernel's kernel/sched/core.c):
+    # beside the other test worker's processes the tests waited on starved workers. The raylet reads it from its env.
+    os.environ.update(WORKER_NICENESS)
     path = os.pathsep.join([str(PLUGINS), str(ROOT), os.environ.get("PYTHONPATH", "")])
     head = Cluster(initialize_head=True, head_node_args={"num_cpus": WORKERS, "include_dashboard": False})
     ray.init(address=head.address, log_to_driver=False, logging_level="WARNING",
@@ -194,6 +203,7 @@ def test_without_ray_the_error_names_the_extra() -> None:
 
 @pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_an_address_that_does_not_answer_is_one_line() -> None:
+    """A real process: this one may have joined the module's cluster, and a process that has joined one uses it."""
     with socket.socket() as free:  # a port nothing listens on once closed
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
@@ -214,7 +224,9 @@ def test_the_command_line_replays_on_the_cluster(cluster: str) -> None:
 
 @pytest.mark.slow  # 2 s or more on two busy cores: kept out of make test-fast (docs/contributing)
 def test_a_gpu_sweep_on_a_cluster_without_gpus_is_one_line(cluster: str) -> None:
-    done = run_cli(*GEMM, "--ray", cluster, env=QUIET)
+    """In process, on this process's session with the cluster (a process joining it from outside is
+    test_the_command_line_replays_on_the_cluster)."""
+    done = run_cli_in_process(*GEMM, "--ray", cluster, env=QUIET)
     _one_line_exit_2(done, "has no GPU", f"{WORKERS} CPUs", "--static")
 
 
