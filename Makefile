@@ -15,7 +15,8 @@ tour: $(STAMP)
 # budget check on the run just recorded: no test over 60 s without the slow mark (tests/test_suite_budget.py).
 # 14 min 36 s in a clean clone on two quiet cores, venv and engine builds included (`CI=true bash .ci/run`, 2026-12-05,
 # pip's cache warm: the builds about 105 s, the suite 12 min 47 s, 1,492 s of tests summed over the two workers; a
-# third worker was slower and ran out of host memory); where it goes: docs/contributing/index.md.
+# third worker was slower and ran out of host memory); where it goes: docs/contributing/index.md. On a machine about
+# twice as slow (2026-12-07), the suite went from 1,550 s to 1,121 s in a clean clone (-28%, the same in tests summed).
 PYTEST_PARALLEL ?= -n auto --dist loadgroup
 # The builds run at once (-j: the venv, the engine venvs and apt each wait on the disk or the network as much as on a
 # core; -Oline keeps every line of their output whole): in a clean clone with pip's cache warm, 178 s one after the
